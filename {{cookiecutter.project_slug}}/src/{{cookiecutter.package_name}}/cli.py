@@ -1,0 +1,90 @@
+"""The command line: LightningCLI with this project's defaults.
+
+Every constructor argument of the model, the DataModule and the Trainer becomes a flag
+(`--model.dropout=0.1`, `--data.batch_size=128`, `--trainer.devices=4`) and a YAML key.
+"""
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from .callbacks import BestCheckpoint, LastCheckpoint, PredictionWriter
+from .checkpoints import CheckpointNotFoundError, find_checkpoint, run_version
+from .data import DigitsDataModule
+from .model import Classifier
+
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+class UsageError(Exception):
+    """A request we can tell is wrong before any work starts; printed as one line."""
+
+
+class ProjectCLI(LightningCLI):
+    """LightningCLI for `Classifier` on `DigitsDataModule`, with checkpoints always on."""
+
+    def __init__(self, default_config_files: Sequence[Path] = (), **kwargs: Any) -> None:
+        defaults = {"default_config_files": [str(path) for path in default_config_files]}
+        kwargs.setdefault("parser_kwargs", {name: defaults for name in SUBCOMMANDS})
+        # A rerun into an existing run folder (e.g. a resume) rewrites its config.yaml.
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault("trainer_defaults", {"callbacks": [PredictionWriter()]})
+        # The model takes its optimizer as an argument (model.optimizer), so no extra
+        # top-level --optimizer/--lr_scheduler flags that could contradict it.
+        kwargs.setdefault("auto_configure_optimizers", False)
+        super().__init__(Classifier, DigitsDataModule, **kwargs)
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        # The model takes these from the data, so they are never set twice or disagree.
+        parser.link_arguments("data.image_shape", "model.image_shape", apply_on="instantiate")
+        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
+        # Always-on callbacks whose settings stay flags: --checkpoint.monitor, --last_checkpoint.*
+        parser.add_lightning_class_args(BestCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand]
+        if config.get("ckpt_path") in ("best", "last"):
+            config.ckpt_path = str(self._find_checkpoint(config, config.ckpt_path))
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        checkpointing = self._get(self.config_init, "trainer").get("enable_checkpointing") is not False
+        if self.subcommand != "fit" or not checkpointing:
+            # Only fit writes checkpoints; and --trainer.enable_checkpointing=false is honoured
+            # instead of failing on our always-on checkpoint callbacks.
+            for key in ("checkpoint", "last_checkpoint"):
+                self._parser(self.subcommand).callback_keys.remove(key)
+        return super().instantiate_trainer(**kwargs)
+
+    def _find_checkpoint(self, config: Any, which: str) -> Path:
+        """Resolve `best`/`last` against every earlier run, not only the current one."""
+        logger = config.trainer.get("logger")
+        init_args = getattr(logger, "init_args", None)
+        if init_args is None or "save_dir" not in init_args:
+            raise UsageError(
+                f"--ckpt_path={which} looks in the TensorBoard logger's run folders, but no such logger is "
+                "configured. Pass a checkpoint file instead: --ckpt_path=PATH."
+            )
+        runs_dir = Path(init_args.save_dir) / (init_args.get("name") or "")
+        try:
+            checkpoint = find_checkpoint(runs_dir, which)
+        except CheckpointNotFoundError as error:
+            raise UsageError(str(error)) from None
+        if self.subcommand == "fit" and init_args.get("version") is None:
+            # Resume into the same run folder so TensorBoard shows one continuous run.
+            init_args.version = run_version(checkpoint)
+        print(f"Using {which} checkpoint: {checkpoint}")
+        return checkpoint
+
+
+def cli_main(args: Sequence[str] | None = None, default_config_files: Sequence[Path] = ()) -> ProjectCLI | None:
+    """Run the CLI; requests we can check up front fail with one clear line and exit code 2."""
+    try:
+        return ProjectCLI(default_config_files=default_config_files, args=args)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,114 @@
+"""The LightningModule: loss, metrics and optimizer wiring around the network.
+
+Nothing here names a device: Lightning moves the module and every batch to the accelerator
+chosen with `--trainer.accelerator`, and torchmetrics syncs metrics across DDP ranks.
+"""
+
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from .network import ConvNet
+
+Batch = tuple[Tensor, Tensor]
+
+
+class Classifier(L.LightningModule):
+    """Trains `ConvNet` with cross-entropy; logs loss and accuracy for train, val and test.
+
+    `optimizer` and `lr_scheduler` are callables injected by LightningCLI, so they live in the
+    config (`model.optimizer`, `model.lr_scheduler`) and change from the command line
+    (`--model.optimizer=SGD --model.optimizer.lr=0.1`) instead of being hard-coded. No
+    optimizer means AdamW with PyTorch's defaults; no scheduler means a constant rate. `image_shape` and `num_classes` are linked from the
+    DataModule by the CLI, so the two can never disagree.
+    """
+
+    def __init__(
+        self,
+        image_shape: tuple[int, int, int] = (1, 8, 8),
+        num_classes: int = 10,
+        width: int = 16,
+        hidden_size: int = 128,
+        dropout: float = 0.2,
+        label_smoothing: float = 0.0,
+        optimizer: OptimizerCallable | None = None,
+        lr_scheduler: LRSchedulerCallable | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        self.network = ConvNet(image_shape, num_classes, width, hidden_size, dropout)
+        self.loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.optimizer_factory = optimizer
+        self.lr_scheduler_factory = lr_scheduler
+        # One metric object per stage: each keeps its own state and syncs across ranks.
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_loss = MeanMetric()
+        self.test_loss = MeanMetric()
+        # Lets Lightning draw the model graph in TensorBoard and summarise layer shapes.
+        self.example_input_array = torch.zeros(1, *image_shape)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.network(images)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        images, targets = batch
+        logits = self(images)
+        loss = self.loss_fn(logits, targets)
+        self.train_acc.update(logits, targets)
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log("train/acc", self.train_acc.compute())
+        self.train_acc.reset()
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.val_acc, self.val_loss)
+
+    def on_validation_epoch_end(self) -> None:
+        accuracy = self._log_epoch_metrics("val", self.val_acc, self.val_loss)
+        # The hparams tab in TensorBoard shows `hp_metric`: make it the validation accuracy.
+        self.log("hp_metric", accuracy)
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.test_acc, self.test_loss)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch_metrics("test", self.test_acc, self.test_loss)
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> dict[str, Tensor]:
+        images, targets = batch
+        probabilities = self(images).softmax(dim=-1)
+        confidence, predicted = probabilities.max(dim=-1)
+        return {"predicted": predicted, "confidence": confidence, "target": targets}
+
+    def configure_optimizers(self) -> Any:
+        make_optimizer = self.optimizer_factory or torch.optim.AdamW
+        optimizer = make_optimizer(self.parameters())
+        if self.lr_scheduler_factory is None:
+            return optimizer
+        scheduler = self.lr_scheduler_factory(optimizer)
+        # `monitor` is only read by ReduceLROnPlateau; other schedulers step every epoch.
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss"}}
+
+    def _evaluate(self, batch: Batch, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> None:
+        images, targets = batch
+        logits = self(images)
+        accuracy.update(logits, targets)
+        mean_loss.update(self.loss_fn(logits, targets), weight=targets.numel())
+
+    def _log_epoch_metrics(self, stage: str, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> Tensor:
+        """Log epoch-level metrics computed over all ranks (torchmetrics syncs them), then reset."""
+        value = accuracy.compute()
+        self.log(f"{stage}/acc", value, prog_bar=True)
+        self.log(f"{stage}/loss", mean_loss.compute())
+        accuracy.reset()
+        mean_loss.reset()
+        return value

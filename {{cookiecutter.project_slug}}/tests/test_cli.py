@@ -1,0 +1,78 @@
+"""The command line, called the way users call it: `python main.py SUBCOMMAND ...`."""
+
+import csv
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import tensorboard_scalars
+
+# A short but real run: enough epochs to learn, small enough for CI.
+SHORT_FIT = ("fit", "--trainer.max_epochs=3", "--model.lr_scheduler.init_args.T_max=3", "--trainer.enable_progress_bar=false")
+
+
+def runs(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "logs").glob("*/version_*"))
+
+
+def test_fast_dev_run_trains_one_batch(run_main, tmp_path):
+    run_main("fit", "--trainer.fast_dev_run=true")
+    assert not list(tmp_path.rglob("*.ckpt")), "fast_dev_run must not write checkpoints"
+
+
+def test_print_config_shows_the_defaults(run_main, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_main("fit", "--print_config")
+    assert exit_info.value.code == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert config["model"]["optimizer"]["class_path"] == "torch.optim.AdamW"
+    assert config["trainer"]["logger"]["class_path"].endswith("TensorBoardLogger")
+    assert config["seed_everything"] == 42
+
+
+def test_unknown_flag_is_refused(run_main, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_main("fit", "--model.no_such_setting=1")
+    assert exit_info.value.code != 0
+    assert "no_such_setting" in capsys.readouterr().err
+
+
+def test_ckpt_path_last_without_any_run_says_what_to_do(run_main, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_main("test", "--ckpt_path=last")
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "no last.ckpt" in error and "python main.py fit" in error
+
+
+@pytest.mark.slow
+def test_fit_then_test_predict_in_new_processes(run_main, tmp_path, capsys):
+    run_main(*SHORT_FIT)
+    (run_dir,) = runs(tmp_path)
+    checkpoints = {p.name for p in (run_dir / "checkpoints").glob("*.ckpt")}
+    assert "last.ckpt" in checkpoints and any(name.startswith("best-") for name in checkpoints)
+
+    # TensorBoard holds the curves, the learning rate and a real hp_metric (not the -1 placeholder).
+    scalars = tensorboard_scalars(run_dir)
+    for tag in ("train/loss", "train/acc", "val/loss", "val/acc", "lr-AdamW", "hp_metric"):
+        assert scalars.get(tag), f"{tag} missing from TensorBoard: {sorted(scalars)}"
+    assert scalars["hp_metric"][-1] == pytest.approx(scalars["val/acc"][-1])
+    assert scalars["val/loss"][-1] < scalars["val/loss"][0]
+
+    # The saved config reproduces the run.
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["trainer"]["max_epochs"] == 3 and saved["model"]["optimizer"]["init_args"]["lr"] == 0.002
+
+    run_main("test", "--ckpt_path=best", "--trainer.enable_progress_bar=false")
+    out = capsys.readouterr().out
+    assert "best-" in out
+    test_run = runs(tmp_path)[-1]
+    accuracy = tensorboard_scalars(test_run)["test/acc"][-1]
+    assert accuracy > 0.8, f"3 epochs should already be far above chance (0.1), got {accuracy}"
+
+    run_main("predict", "--ckpt_path=last", "--trainer.enable_progress_bar=false")
+    with (runs(tmp_path)[-1] / "predictions.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == 359
+    correct = sum(row["predicted"] == row["target"] for row in rows)
+    assert correct / len(rows) > 0.8

@@ -1,0 +1,70 @@
+import pytest
+import torch
+
+from {{ cookiecutter.package_name }}.batching import TensorBatchSampler
+from {{ cookiecutter.package_name }}.data import DigitsDataModule
+
+
+@pytest.fixture(scope="module")
+def datamodule() -> DigitsDataModule:
+    dm = DigitsDataModule(batch_size=50)
+    dm.setup("fit")
+    return dm
+
+
+def sample_keys(dataset) -> set[bytes]:
+    images = dataset.tensors[0]
+    return {image.numpy().tobytes() for image in images}
+
+
+def test_splits_have_the_right_sizes(datamodule):
+    sizes = [len(datamodule.train_set), len(datamodule.val_set), len(datamodule.test_set)]
+    assert sum(sizes) == 1797
+    assert sizes[1] == pytest.approx(0.1 * 1797, abs=10)
+    assert sizes[2] == pytest.approx(0.2 * 1797, abs=10)
+
+
+def test_splits_are_disjoint(datamodule):
+    train, val, test = (sample_keys(d) for d in (datamodule.train_set, datamodule.val_set, datamodule.test_set))
+    assert not train & val and not train & test and not val & test
+
+
+def test_every_class_appears_in_every_split(datamodule):
+    for dataset in (datamodule.train_set, datamodule.val_set, datamodule.test_set):
+        assert set(dataset.tensors[1].tolist()) == set(range(10))
+
+
+def test_split_depends_only_on_its_seed():
+    first, second = DigitsDataModule(seed=3), DigitsDataModule(seed=3)
+    torch.manual_seed(123)  # the global seed must not matter
+    first.setup("fit")
+    torch.manual_seed(456)
+    second.setup("fit")
+    assert torch.equal(first.test_set.tensors[0], second.test_set.tensors[0])
+
+
+def test_loader_yields_whole_batches_scaled_to_unit_range(datamodule):
+    images, labels = next(iter(datamodule.train_dataloader()))
+    assert images.shape == (50, 1, 8, 8) and labels.shape == (50,)
+    assert images.dtype == torch.float32 and 0 <= images.min() and images.max() <= 1
+    assert len(datamodule.train_dataloader()) == -(-len(datamodule.train_set) // 50)
+
+
+def test_two_ranks_split_each_epoch_between_them_and_reshuffle_per_epoch():
+    dataset = torch.utils.data.TensorDataset(torch.arange(100))
+    ranks = [TensorBatchSampler(dataset, 8, shuffle=True, num_replicas=2, rank=r, seed=1) for r in (0, 1)]
+    epoch0 = [[i for batch in sampler for i in batch] for sampler in ranks]
+    assert not set(epoch0[0]) & set(epoch0[1])
+    assert set(epoch0[0]) | set(epoch0[1]) == set(range(100))
+    for sampler in ranks:
+        sampler.set_epoch(1)
+    assert [i for batch in ranks[0] for i in batch] != epoch0[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"batch_size": 0}, {"num_workers": -1}, {"val_fraction": 0.0}, {"val_fraction": 0.5, "test_fraction": 0.5}],
+)
+def test_bad_settings_are_refused_with_the_value_named(kwargs):
+    with pytest.raises(ValueError, match=str(next(iter(kwargs.values())))):
+        DigitsDataModule(**kwargs)
