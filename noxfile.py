@@ -1,0 +1,92 @@
+"""Checks for the template itself: `nox -l` lists the sessions, `nox` runs the default ones.
+
+The accelerator sessions (cpu, ddp_cpu, gpu, ddp) render a project and run the session of
+the same name from the generated project's own noxfile, so the template is tested exactly
+as its users meet it. How torch gets installed (TORCH_BUILD, TORCH_VERSION,
+TORCH_INDEX_URL) is explained at the top of `{{cookiecutter.project_slug}}/noxfile.py`.
+"""
+
+import importlib.util
+import os
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+TEMPLATE_TOOLS = ["cookiecutter>=2.6", "pyyaml"]
+
+nox.options.sessions = ["lint", "tests", "cpu", "ddp_cpu", "gpu", "ddp"]
+
+
+def render(session: nox.Session, **context: str) -> Path:
+    """Render the template with defaults (plus `context`) into a fresh temp folder."""
+    output = Path(session.create_tmp()) / "rendered"
+    session.run("python", "-c", f"import shutil; shutil.rmtree({str(output)!r}, ignore_errors=True)", silent=True)
+    settings = [f"{key}={value}" for key, value in context.items()]
+    session.run("cookiecutter", "--no-input", "--output-dir", str(output), str(ROOT), *settings, silent=True)
+    (project,) = output.iterdir()
+    return project
+
+
+def project_noxfile(project: Path):
+    """The generated project's noxfile as a module, to reuse its helpers here."""
+    spec = importlib.util.spec_from_file_location("project_noxfile", project / "noxfile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_project_session(session: nox.Session, name: str, min_gpus: int = 0) -> None:
+    session.install("nox", *TEMPLATE_TOOLS)
+    project = render(session)
+    gpus = project_noxfile(project).visible_gpus()
+    if gpus < min_gpus:
+        session.skip(f"needs {min_gpus} NVIDIA GPU(s); nvidia-smi found {gpus}")
+    with session.chdir(project):
+        session.run("nox", "--no-reuse-existing-virtualenvs", "-s", name, "--", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff over the template's own code and over a freshly rendered project."""
+    session.install("ruff", *TEMPLATE_TOOLS)
+    session.run("ruff", "check", "hooks", "tests", "noxfile.py", "benchmarks")
+    session.run("ruff", "format", "--check", "hooks", "tests", "noxfile.py", "benchmarks")
+    project = render(session)
+    with session.chdir(project):
+        session.run("ruff", "check", ".")
+        session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The template's tests: prompts, hooks, every option, and the example really learns."""
+    session.install("pytest", *TEMPLATE_TOOLS)
+    project = render(session)
+    session.install(*project_noxfile(project).torch_requirement(os.environ.get("TORCH_BUILD", "cpu")))
+    session.install("-e", f"{project}[dev]")  # brings the generated project's dependencies
+    session.run("pytest", "tests", *session.posargs)
+
+
+@nox.session
+def cpu(session: nox.Session) -> None:
+    """Render a project; install it; run its tests and a short fit/test on the CPU."""
+    run_project_session(session, "cpu")
+
+
+@nox.session
+def ddp_cpu(session: nox.Session) -> None:
+    """Render a project; DDP on the CPU with 2 processes (gloo), plus a 2-node torchrun."""
+    run_project_session(session, "ddp_cpu")
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """Render a project; its tests and a short fit/test on one GPU (skips without one)."""
+    run_project_session(session, "gpu", min_gpus=1)
+
+
+@nox.session
+def ddp(session: nox.Session) -> None:
+    """Render a project; DDP fit/test across 2+ GPUs (skips with fewer)."""
+    run_project_session(session, "ddp", min_gpus=2)

@@ -1,0 +1,118 @@
+"""Checks for this project, one nox session each: `nox -l` lists them, `nox` runs them all.
+
+Each session installs torch first, in the build it needs, so pip never falls back to the
+default PyPI wheel (a multi-GB CUDA build on Linux, even on machines without a GPU):
+- `TORCH_BUILD`: cpu, cu126, cu128, cu130. Default: this project's build for CPU sessions,
+  `GPU_TORCH_BUILD` (default cu128) for GPU sessions.
+- `TORCH_VERSION`: the torch release; default the one this project is tested with. The
+  build label is part of the pin (`torch==2.13.0+cpu`), so no other variant can slip in.
+- `TORCH_INDEX_URL`: where torch comes from; default PyTorch's index for the build. Set it
+  empty (`TORCH_INDEX_URL= nox`) to use pip's own configuration: a mirror or a wheelhouse.
+"""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PACKAGE = "{{ cookiecutter.package_name }}"
+TESTED_TORCH_VERSION = "2.13.0"
+
+nox.options.sessions = ["lint", "cpu", "ddp_cpu", "gpu", "ddp"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _torch_build_module():
+    """The project's torch_build.py, loaded by path: it has no dependencies to install first."""
+    spec = importlib.util.spec_from_file_location("torch_build", ROOT / "src" / PACKAGE / "torch_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def torch_requirement(build: str) -> list[str]:
+    """pip arguments that install exactly this torch build (see the module docstring)."""
+    version = os.environ.get("TORCH_VERSION", TESTED_TORCH_VERSION)
+    labelled = build != "cpu" or sys.platform.startswith("linux")  # macOS wheels carry no +cpu label
+    requirement = f"torch=={version}+{build}" if labelled else f"torch=={version}"
+    index_url = os.environ.get("TORCH_INDEX_URL", _torch_build_module().index_url(build))
+    return [requirement, "--index-url", index_url] if index_url else [requirement]
+
+
+def install(session: nox.Session, build: str) -> None:
+    session.install(*torch_requirement(build))
+    session.install("-e", ".[dev]")
+    session.run("python", "-c", "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)")
+
+
+def visible_gpus() -> int:
+    """NVIDIA GPUs on this machine, asked of nvidia-smi so no torch is needed to decide."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return sum(line.startswith("GPU ") for line in result.stdout.splitlines()) if result.returncode == 0 else 0
+
+
+def gpu_build() -> str:
+    return os.environ.get("TORCH_BUILD") or os.environ.get("GPU_TORCH_BUILD", "cu128")
+
+
+def cpu_build() -> str:
+    return os.environ.get("TORCH_BUILD") or _torch_build_module().TORCH_BUILD
+
+
+def short_run(session: nox.Session, *flags: str) -> None:
+    """Train briefly, then test the best checkpoint, through main.py as a user would."""
+    logs = session.create_tmp()
+    common = [f"--trainer.logger.init_args.save_dir={logs}", "--trainer.enable_progress_bar=false", *flags]
+    session.run("python", "main.py", "fit", "--trainer.max_epochs=2", *common)
+    session.run("python", "main.py", "test", "--ckpt_path=best", *common)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def cpu(session: nox.Session) -> None:
+    """All CPU tests, then a short fit/test on the CPU."""
+    install(session, cpu_build())
+    session.run("pytest", "-m", "not gpu", *session.posargs)
+    short_run(session, "--trainer.accelerator=cpu")
+
+
+@nox.session
+def ddp_cpu(session: nox.Session) -> None:
+    """DDP on the CPU: 2 processes over gloo, the same code path as multi-GPU DDP."""
+    install(session, cpu_build())
+    session.run("pytest", "tests/test_distributed.py", "-m", "not gpu", *session.posargs)
+    short_run(session, "-c", "configs/presets/ddp_cpu.yaml")
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """GPU tests and a short fit/test on one GPU (skipped without one)."""
+    if visible_gpus() < 1:
+        session.skip("no NVIDIA GPU visible (nvidia-smi found none)")
+    install(session, gpu_build())
+    session.run("pytest", "-m", "gpu", *session.posargs)
+    short_run(session, "-c", "configs/presets/gpu.yaml")
+
+
+@nox.session
+def ddp(session: nox.Session) -> None:
+    """DDP across 2+ GPUs: short fit/test (skipped with fewer than 2 GPUs)."""
+    gpus = visible_gpus()
+    if gpus < 2:
+        session.skip(f"DDP across GPUs needs 2 or more; nvidia-smi found {gpus}")
+    install(session, gpu_build())
+    short_run(session, "-c", "configs/presets/ddp.yaml", f"--trainer.devices={gpus}")
