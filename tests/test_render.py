@@ -1,0 +1,151 @@
+"""Every answer a user can give renders a complete project: names, licence and Python version land
+where they belong, and no Jinja is left behind."""
+
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import tomllib
+from conftest import render
+
+DEFAULT_SLUG = "digits-classifier"
+DEFAULT_PACKAGE = "digits_classifier"
+
+# Left-over template syntax: an unrendered `{{`/`{%`, or a placeholder whose opening brace was mistyped.
+# A lone `}}` is not flagged: nested dicts in Python and YAML end that way. GitHub Actions writes its
+# own expressions as `${{ ... }}`; those are legitimate in workflow files only.
+JINJA_MARKER = re.compile(r"\{\{|\{%|cookiecutter\.\w+\s*\}")
+GITHUB_EXPRESSION = re.compile(r"\$\{\{.*?\}\}")
+
+# A phrase from the body of each licence, so the test knows which text was kept.
+LICENSE_PHRASES = {
+    "MIT": "Permission is hereby granted, free of charge",
+    "Apache-2.0": "Apache License\n                           Version 2.0, January 2004",
+    "BSD-3-Clause": "Redistribution and use in source and binary forms",
+    "Proprietary": "proprietary and confidential",
+}
+
+
+def text_files(project: Path) -> list[tuple[Path, str]]:
+    """Every generated file that decodes as UTF-8, with its text (binary files are skipped)."""
+    files = []
+    for path in sorted(project.rglob("*")):
+        if path.is_file():
+            try:
+                files.append((path, path.read_text(encoding="utf-8")))
+            except UnicodeDecodeError:
+                continue
+    return files
+
+
+def leftover_jinja(project: Path) -> list[str]:
+    """`file:line: text` for each line that still holds template syntax."""
+    leftovers = []
+    for path, text in text_files(project):
+        relative = path.relative_to(project)
+        for number, line in enumerate(text.splitlines(), start=1):
+            checked = GITHUB_EXPRESSION.sub("", line) if relative.parts[0] == ".github" else line
+            if JINJA_MARKER.search(checked):
+                leftovers.append(f"{relative}:{number}: {line.strip()}")
+    return leftovers
+
+
+def assert_complete_project(project: Path, slug: str, package: str, python_version: str = "3.11") -> None:
+    """What every rendering must get right, whatever the answers."""
+    assert project.name == slug
+    assert leftover_jinja(project) == []
+
+    license_files = [
+        path for path in project.rglob("*") if path.name.upper().startswith(("LICENSE", "LICENCE"))
+    ]
+    assert license_files == [project / "LICENSE"]
+    assert not (project / "licenses").exists()
+
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["name"] == slug
+    assert pyproject["project"]["requires-python"] == f">={python_version}"
+
+    assert (project / "src" / package / "__init__.py").is_file()
+    assert f"from {package}." in (project / "main.py").read_text(encoding="utf-8")
+    for path, text in text_files(project):
+        if path.suffix == ".py":
+            compile(text, str(path), "exec")  # a rendered value must never break Python syntax
+
+
+def test_leftover_jinja_check_flags_template_syntax_but_not_github_expressions(tmp_path):
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    (tmp_path / ".github" / "workflows" / "ci.yml").write_text("ref: ${{ github.ref }}\n")
+    (tmp_path / "ok.py").write_text("x = {'a': {'b': 1}}\n")
+    (tmp_path / "bad.md").write_text(
+        "# {{ cookiecutter.project_name }}\n{% if x %}\n# { cookiecutter.author }}\n"
+    )
+    (tmp_path / "bad.yml").write_text("ref: ${{ github.ref }}\n")
+
+    assert leftover_jinja(tmp_path) == [
+        "bad.md:1: # {{ cookiecutter.project_name }}",
+        "bad.md:2: {% if x %}",
+        "bad.md:3: # { cookiecutter.author }}",
+        "bad.yml:1: ref: ${{ github.ref }}",
+    ]
+
+
+def test_defaults_render_a_complete_project(tmp_path):
+    project = render(tmp_path)
+
+    assert_complete_project(project, DEFAULT_SLUG, DEFAULT_PACKAGE)
+    assert [path.name for path in tmp_path.iterdir()] == [DEFAULT_SLUG]
+
+
+def test_custom_name_derives_folder_and_package_and_leaves_no_default_name_behind(tmp_path):
+    project = render(tmp_path, project_name="My Cool Project")
+
+    assert_complete_project(project, "my-cool-project", "my_cool_project")
+    readme = (project / "README.md").read_text(encoding="utf-8")
+    assert "My Cool Project" in readme
+    hard_coded = [str(path) for path, text in text_files(project) if re.search(r"digits[-_]classifier", text)]
+    assert hard_coded == []
+
+
+@pytest.mark.parametrize("license_name", list(LICENSE_PHRASES))
+def test_only_the_chosen_license_is_kept_with_author_and_year(tmp_path, license_name):
+    years_during_render = {str(datetime.now(timezone.utc).year)}
+    project = render(tmp_path, license=license_name, author="Ada Lovelace")
+    years_during_render.add(str(datetime.now(timezone.utc).year))
+
+    assert_complete_project(project, DEFAULT_SLUG, DEFAULT_PACKAGE)
+    text = (project / "LICENSE").read_text(encoding="utf-8")
+    assert LICENSE_PHRASES[license_name] in text
+    other_phrases = [phrase for name, phrase in LICENSE_PHRASES.items() if name != license_name]
+    assert not any(phrase in text for phrase in other_phrases)
+    copyright_lines = [line for line in text.splitlines() if "Copyright" in line and "Ada Lovelace" in line]
+    assert len(copyright_lines) == 1
+    assert any(year in copyright_lines[0] for year in years_during_render)
+
+
+@pytest.mark.parametrize("torch_build", ["cpu", "cu126", "cu128", "cu130"])
+def test_next_steps_install_the_chosen_torch_build(tmp_path, capfd, torch_build):
+    project = render(tmp_path, torch_build=torch_build)
+
+    assert_complete_project(project, DEFAULT_SLUG, DEFAULT_PACKAGE)
+    printed = capfd.readouterr().out
+    steps = [
+        f"cd {project}",
+        f"pip install torch --index-url https://download.pytorch.org/whl/{torch_build}",
+        'pip install -e ".[dev]"',
+        "python main.py fit",
+        "python main.py test --ckpt_path=best",
+        "tensorboard --logdir logs",
+        "pytest",
+    ]
+    commands = [line.split("  #")[0].strip() for line in printed.splitlines() if line.startswith("  ")]
+    assert commands == steps
+
+
+@pytest.mark.parametrize("python_version", ["3.10", "3.11", "3.12", "3.13"])
+def test_python_version_sets_the_minimum_python_and_lint_target(tmp_path, python_version):
+    project = render(tmp_path, python_version=python_version)
+
+    assert_complete_project(project, DEFAULT_SLUG, DEFAULT_PACKAGE, python_version)
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["tool"]["ruff"]["target-version"] == "py" + python_version.replace(".", "")
