@@ -4,11 +4,17 @@ Replace `load_digits_tensors` and the class attributes `image_shape`/`num_classe
 your own data; the CLI links both attributes into the model.
 """
 
+import warnings
+
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from .batching import batched_loader
+from .batching import batched_loader, batches_already_trained
+
+# A run resumed mid-epoch skips the batches it already trained on (see `train_dataloader`), so
+# Lightning's generic warning about non-resumable loaders does not apply to this DataModule.
+warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
 
 
 def load_digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,7 +116,9 @@ class DigitsDataModule(L.LightningDataModule):
         self.test_set = TensorDataset(images[test], labels[test])
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
+        loader = self._loader(self.train_set, shuffle=True)
+        loader.sampler.skip_batches = batches_already_trained(self.trainer)
+        return loader
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, shuffle=False)
