@@ -13,7 +13,7 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).parent
-TEMPLATE_TOOLS = ["cookiecutter>=2.6", "pyyaml"]
+TEMPLATE_TOOLS = ["cookiecutter>=2.6", "pyyaml", "cruft>=2.15"]
 
 nox.options.sessions = ["lint", "tests", "cpu", "ddp_cpu", "gpu", "ddp"]
 

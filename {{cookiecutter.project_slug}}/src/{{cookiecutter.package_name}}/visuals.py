@@ -1,0 +1,219 @@
+"""Pictures in TensorBoard: a confusion matrix, sample predictions and the model graph.
+
+Scalars say *how well* the model does; these pictures say *where it goes wrong*. They are drawn
+with plain torch ops (no plotting library) and only every few epochs, so training stays fast.
+"""
+
+import math
+import warnings
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
+from torchmetrics.classification import MulticlassConfusionMatrix
+
+CORRECT = (0.1, 0.7, 0.2)  # frame colour (RGB) of a correctly classified sample: green
+WRONG = (0.9, 0.1, 0.1)  # and of a misclassified one: red
+
+
+class ValidationImages(L.Callback):
+    """Logs a confusion matrix and a grid of validation samples to TensorBoard's images tab.
+
+    Every `every_n_epochs` epochs (and after the last one) it runs the model once more on each
+    validation batch (`(inputs, targets)` pairs), so the LightningModule needs no changes:
+    - `val/confusion_matrix`: rows are true classes, columns predicted ones, each row scaled to
+      sum to 1 (dark = most of that class). Counted over the whole validation set, all ranks.
+      Its text entry lists the most frequent mistakes.
+    - `val/samples`: the first `num_samples` validation inputs, framed green when predicted
+      right and red when wrong; its text entry gives each predicted class (and true one if wrong).
+    - the model graph (GRAPHS tab), once at the start of fit, traced from the module's
+      `example_input_array`, when `log_graph` is on.
+    `every_n_epochs=0` turns the pictures off. `python main.py validate` draws them every time.
+    """
+
+    def __init__(self, every_n_epochs: int = 5, num_samples: int = 32, log_graph: bool = True) -> None:
+        super().__init__()
+        if every_n_epochs < 0:
+            raise ValueError(f"every_n_epochs must be 0 (off) or more, got {every_n_epochs}.")
+        if num_samples < 0:
+            raise ValueError(f"num_samples must be 0 (no sample grid) or more, got {num_samples}.")
+        self.every_n_epochs = every_n_epochs
+        self.num_samples = num_samples
+        self.log_graph = log_graph
+        self._confusion: MulticlassConfusionMatrix | None = None
+        self._samples: list[tuple[Tensor, Tensor, Tensor]] = []  # (inputs, predicted, targets)
+        self._drawing = False
+        self._graph_drawn = False  # once per run, even if a tuner fits a few trial steps first
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.every_n_epochs and _tensorboard(trainer) is None and not trainer.fast_dev_run:
+            rank_zero_warn(
+                "ValidationImages draws into TensorBoard, but no TensorBoardLogger is configured, so it "
+                "draws nothing. Use --trainer.logger=TensorBoardLogger or drop it from trainer.callbacks."
+            )
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        logger, example = _tensorboard(trainer), pl_module.example_input_array
+        wanted = self.log_graph and not self._graph_drawn and trainer.is_global_zero
+        if not (wanted and logger is not None and isinstance(example, Tensor)):
+            return
+        self._graph_drawn = True
+        # A one-off trace of a single forward pass: cheap next to a training epoch.
+        example = trainer.precision_plugin.convert_input(example.to(pl_module.device))
+        try:
+            with warnings.catch_warnings():
+                # torch.jit (behind add_graph) and torchmetrics warn about their own deprecations.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                logger.experiment.add_graph(pl_module, example)
+        except Exception as error:  # the graph is a nicety: a model that cannot be traced still trains
+            rank_zero_warn(f"ValidationImages could not draw the model graph: {error}. Set log_graph: false.")
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Decided alike on every rank: the confusion matrix syncs across all of them.
+        self._drawing = self.draws_now(trainer) and _tensorboard(trainer) is not None
+        self._samples = []
+        if self._confusion is not None:
+            self._confusion.reset()
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: tuple[Tensor, Tensor],
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if not self._drawing:
+            return
+        inputs, targets = batch
+        with trainer.precision_plugin.val_step_context():  # the same numerics as validation_step
+            logits = pl_module(inputs)
+        predicted = logits.argmax(dim=-1)
+        self._confusion_matrix(logits.shape[-1], pl_module.device).update(predicted, targets)
+        missing = self.num_samples - sum(len(chunk[0]) for chunk in self._samples)
+        if trainer.is_global_zero and missing > 0 and inputs.dim() in (3, 4):  # images only
+            chunk = (inputs[:missing], predicted[:missing], targets[:missing])
+            self._samples.append(tuple(part.detach().float().cpu() for part in chunk))  # type: ignore[arg-type]
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._drawing or self._confusion is None:
+            return
+        counts = self._confusion.compute()  # a collective under DDP: every rank must call it
+        logger = _tensorboard(trainer)
+        if not trainer.is_global_zero or logger is None:
+            return
+        writer, step = logger.experiment, trainer.global_step
+        writer.add_image("val/confusion_matrix", confusion_image(counts), step, dataformats="CHW")
+        writer.add_text("val/confusion_matrix", top_mistakes_markdown(counts), step)
+        if self._samples:
+            inputs, predicted, targets = (torch.cat(parts) for parts in zip(*self._samples, strict=True))
+            grid = sample_grid(inputs, correct=predicted == targets)
+            writer.add_image("val/samples", grid, step, dataformats="CHW")
+            writer.add_text("val/samples", predictions_markdown(predicted, targets), step)
+
+    def draws_now(self, trainer: L.Trainer) -> bool:
+        """Whether this validation run gets pictures: never in the sanity check before training."""
+        if not self.every_n_epochs or trainer.sanity_checking:
+            return False
+        if trainer.state.fn != TrainerFn.FITTING:
+            return True
+        epoch = trainer.current_epoch + 1
+        return epoch % self.every_n_epochs == 0 or epoch == trainer.max_epochs
+
+    def _confusion_matrix(self, num_classes: int, device: torch.device) -> MulticlassConfusionMatrix:
+        """Built on first use, sized by the model's output: no class count to configure."""
+        if self._confusion is None:
+            self._confusion = MulticlassConfusionMatrix(num_classes).to(device)
+        return self._confusion
+
+
+def _tensorboard(trainer: L.Trainer) -> TensorBoardLogger | None:
+    return next((logger for logger in trainer.loggers if isinstance(logger, TensorBoardLogger)), None)
+
+
+def confusion_image(counts: Tensor, size: int = 320) -> Tensor:
+    """A (3, H, W) heat map in [0, 1] of a confusion matrix, each true-class row normalised.
+
+    White means never, dark blue means always. Shades follow the square root of the share, so a
+    rare mistake (1 in 20) still shows. Each cell is a square of pixels, `size` wide in all.
+    """
+    counts = counts.float().cpu()
+    shares = (counts / counts.sum(dim=1, keepdim=True).clamp(min=1)).sqrt()
+    cell = max(1, size // len(counts))
+    shares = shares.repeat_interleave(cell, dim=0).repeat_interleave(cell, dim=1)
+    white_to_blue = torch.tensor([1.0, 0.7, 0.3]).view(3, 1, 1)  # how much each channel darkens
+    return 1 - white_to_blue * shares
+
+
+def sample_grid(inputs: Tensor, correct: Tensor, columns: int = 8, min_side: int = 32) -> Tensor:
+    """A (3, H, W) grid in [0, 1] of input images, each framed green (right) or red (wrong).
+
+    Each image is stretched to its own full brightness range (inputs are often normalised) and
+    enlarged by whole pixels to at least `min_side`, so 8x8 digits stay visible.
+    """
+    images = inputs.float().cpu()
+    if images.dim() == 3:  # (N, H, W): no channel axis
+        images = images.unsqueeze(1)
+    if images.shape[1] != 3:  # grey, or more channels than a picture shows: the first, in grey
+        images = images[:, :1].expand(-1, 3, -1, -1)
+    low = images.amin(dim=(1, 2, 3), keepdim=True)
+    high = images.amax(dim=(1, 2, 3), keepdim=True)
+    images = (images - low) / (high - low).clamp(min=1e-8)
+    scale = max(1, math.ceil(min_side / max(images.shape[-2:])))
+    images = images.repeat_interleave(scale, dim=-2).repeat_interleave(scale, dim=-1)
+
+    border = 2
+    count, _, height, width = images.shape
+    colours = torch.where(correct.cpu().view(-1, 1), torch.tensor(CORRECT), torch.tensor(WRONG))  # (N, 3)
+    framed = colours.view(count, 3, 1, 1).expand(count, 3, height + 2 * border, width + 2 * border).clone()
+    framed[:, :, border:-border, border:-border] = images
+
+    columns = min(columns, count)
+    rows = math.ceil(count / columns)
+    tile_h, tile_w = framed.shape[-2:]
+    grid = torch.ones(3, rows * tile_h, columns * tile_w)  # white where the last row runs short
+    for index, tile in enumerate(framed):
+        row, column = divmod(index, columns)
+        grid[:, row * tile_h : (row + 1) * tile_h, column * tile_w : (column + 1) * tile_w] = tile
+    return grid
+
+
+def top_mistakes_markdown(counts: Tensor, top: int = 10) -> str:
+    """The most frequent (true -> predicted) confusions as a markdown table."""
+    counts = counts.cpu()
+    total = int(counts.sum())
+    mistakes = counts.clone()
+    mistakes.fill_diagonal_(0)
+    values, flat = mistakes.flatten().topk(min(top, mistakes.numel()))
+    lines = [
+        f"Correct: {int(counts.trace())} of {total}. Picture rows: true class; columns: predicted class.",
+        "",
+        "| true | predicted | times |",
+        "| --- | --- | --- |",
+    ]
+    lines += [
+        f"| {index // len(counts)} | {index % len(counts)} | {value} |"
+        for value, index in zip(values.tolist(), flat.tolist(), strict=True)
+        if value > 0
+    ]
+    return "\n".join(lines)
+
+
+def predictions_markdown(predicted: Tensor, targets: Tensor, columns: int = 8) -> str:
+    """A markdown table laid out like the sample grid: the predicted class; for mistakes also the true one."""
+    cells = [
+        f"{p}" if p == t else f"**{p}** ({t})"
+        for p, t in zip(predicted.long().tolist(), targets.long().tolist(), strict=True)
+    ]
+    columns = min(columns, len(cells))
+    rows = [cells[start : start + columns] for start in range(0, len(cells), columns)]
+    header = "| " + " | ".join(f"col {c + 1}" for c in range(columns)) + " |"
+    lines = ["Predicted class per image, left to right; **wrong** ones show the true class in brackets.", ""]
+    lines += [header, "|" + " --- |" * columns]
+    lines += ["| " + " | ".join(row + [""] * (columns - len(row))) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,147 @@
+"""The TensorBoard pictures: what they show, when they are drawn, and that they reach the event files."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from conftest import MAIN, PROJECT_ROOT
+from {{ cookiecutter.package_name }}.visuals import (
+    CORRECT,
+    WRONG,
+    ValidationImages,
+    confusion_image,
+    sample_grid,
+    top_mistakes_markdown,
+)
+
+QUIET = "--trainer.enable_progress_bar=false"
+
+
+def events(run_dir: Path) -> EventAccumulator:
+    """Everything in a run folder's (single) TensorBoard event file, images and text included."""
+    (path,) = run_dir.glob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(path), size_guidance={"images": 0, "tensors": 0, "scalars": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def text(accumulator: EventAccumulator, tag: str) -> list[str]:
+    return [event.tensor_proto.string_val[0].decode() for event in accumulator.Tensors(f"{tag}/text_summary")]
+
+
+def test_confusion_image_shades_each_true_class_by_share():
+    counts = torch.tensor([[3, 1], [0, 4]])
+    image = confusion_image(counts, size=40)
+    assert image.shape == (3, 40, 40) and image.min() >= 0 and image.max() <= 1
+    cell = {(row, col): image[:, row * 20 + 10, col * 20 + 10] for row in (0, 1) for col in (0, 1)}
+    assert torch.equal(cell[1, 0], torch.ones(3)), "a confusion that never happened is white"
+    assert cell[0, 0].sum() < cell[0, 1].sum() < 3, "the common answer is darker than the rare mistake"
+    assert torch.allclose(cell[1, 1], torch.tensor([0.0, 0.3, 0.7])), "always: full dark blue"
+
+
+def test_sample_grid_frames_right_green_and_wrong_red_in_rows_of_eight():
+    inputs = torch.rand(10, 1, 8, 8)
+    correct = torch.tensor([True] * 9 + [False])
+    grid = sample_grid(inputs, correct)
+    tile = 8 * 4 + 2 * 2  # 8x8 enlarged to 32x32, plus a 2-pixel frame on each side
+    assert grid.shape == (3, 2 * tile, 8 * tile)
+    assert torch.allclose(grid[:, 0, 0], torch.tensor(CORRECT)), "first sample: right, green frame"
+    assert torch.allclose(grid[:, tile, tile + 1], torch.tensor(WRONG)), "tenth sample (row 2, col 2): red"
+    assert torch.equal(grid[:, tile + 5, 5 * tile + 5], torch.ones(3)), "no sample there: white"
+    inside = grid[:, 2 : tile - 2, 2 : tile - 2]
+    assert inside.min() == 0 and inside.max() == 1, "each image spans the full brightness range"
+
+
+def test_top_mistakes_lists_the_most_frequent_confusion_first_and_never_a_right_answer():
+    counts = torch.tensor([[5, 0, 1], [0, 6, 0], [3, 0, 4]])
+    lines = top_mistakes_markdown(counts).splitlines()
+    assert lines[0].startswith("Correct: 15 of 19.")
+    rows = [line for line in lines if re.fullmatch(r"\| \d \| \d \| \d+ \|", line)]
+    assert rows == ["| 2 | 0 | 3 |", "| 0 | 2 | 1 |"]
+
+
+def fake_trainer(fn: TrainerFn, epoch: int = 0, sanity_checking: bool = False) -> SimpleNamespace:
+    """Just what `draws_now` reads, for a fit of 7 epochs."""
+    state = SimpleNamespace(fn=fn)
+    return SimpleNamespace(state=state, current_epoch=epoch, max_epochs=7, sanity_checking=sanity_checking)
+
+
+def test_draws_every_n_epochs_and_after_the_last_but_never_in_the_sanity_check():
+    callback = ValidationImages(every_n_epochs=5)
+    drawn = [epoch + 1 for epoch in range(7) if callback.draws_now(fake_trainer(TrainerFn.FITTING, epoch))]
+    assert drawn == [5, 7]
+    assert not callback.draws_now(fake_trainer(TrainerFn.FITTING, 4, sanity_checking=True))
+    assert callback.draws_now(fake_trainer(TrainerFn.VALIDATING)), "`validate` always draws"
+    assert not ValidationImages(every_n_epochs=0).draws_now(fake_trainer(TrainerFn.FITTING, 6)), "0 is off"
+
+
+@pytest.mark.parametrize("setting", [{"every_n_epochs": -1}, {"num_samples": -2}])
+def test_negative_settings_are_refused_with_the_value_named(setting):
+    ((name, value),) = setting.items()
+    with pytest.raises(ValueError, match=f"{name} must be .* got {value}"):
+        ValidationImages(**setting)
+
+
+def test_without_tensorboard_it_says_so_once_instead_of_failing_later():
+    trainer = SimpleNamespace(loggers=[], fast_dev_run=False)
+    with pytest.warns(UserWarning, match="no TensorBoardLogger"):
+        ValidationImages().setup(trainer, None, "fit")
+
+
+def test_a_short_fit_writes_pictures_graph_and_hparams(run_main, tmp_path):
+    # The callback is on by default (configs/default.yaml); this flag reaches it as the last callback.
+    run_main(
+        "fit",
+        "--trainer.max_epochs=3",
+        "--trainer.limit_train_batches=4",
+        "--trainer.callbacks.every_n_epochs=2",
+        QUIET,
+    )
+    (run_dir,) = (tmp_path / "logs").glob("*/version_0")
+    accumulator = events(run_dir)
+
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    steps_per_epoch = last["global_step"] // 3
+    for tag in ("val/confusion_matrix", "val/samples"):
+        images = accumulator.Images(tag)
+        # After epochs 2 and 3 (the last), filed under the global step each epoch ended on.
+        assert [image.step for image in images] == [2 * steps_per_epoch, 3 * steps_per_epoch], tag
+        assert all(image.encoded_image_string.startswith(b"\x89PNG") for image in images)
+    first_grid = accumulator.Images("val/samples")[0]
+    assert (first_grid.width, first_grid.height) == (8 * 36, 4 * 36), "32 samples, 8 per row"
+    assert accumulator.Tags()["graph"], "the model graph is in the GRAPHS tab"
+    assert "_hparams_/experiment" in accumulator.PluginTagToContent("hparams")
+
+    # The validation split holds 179 digits; every one is counted in the confusion matrix.
+    assert all(" of 179." in summary for summary in text(accumulator, "val/confusion_matrix"))
+    assert all("col 8" in summary for summary in text(accumulator, "val/samples"))
+
+
+@pytest.mark.slow
+def test_under_ddp_rank_zero_draws_a_confusion_matrix_of_every_rank(tmp_path):
+    """Two CPU processes: each validates half the data; the picture must count both halves."""
+    flags = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"]
+    fit = [sys.executable, str(MAIN), "fit", "--trainer.max_epochs=1", "--trainer.callbacks.every_n_epochs=1"]
+    python_path = os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [*fit, *flags, QUIET],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=python_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "logs").glob("*/version_0")
+    (summary,) = text(events(run_dir), "val/confusion_matrix")
+    # 179 images split over 2 ranks; the sampler repeats one so that both get 90.
+    assert " of 180." in summary, summary
