@@ -1,0 +1,51 @@
+"""Where the data comes from: scikit-learn's bundled digits, or an .npz file of your own.
+
+Each loader returns (images as float32 (N, C, H, W) in [0, 1], labels as int64 (N,)) and
+raises `DataSourceError`, naming the path and the fix, when the source is missing or broken.
+"""
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+class DataSourceError(Exception):
+    """The data source is missing or unreadable; the message names the path and the fix."""
+
+
+NPZ_FORMAT = "an .npz file with arrays 'images' (N, C, H, W), floats in [0, 1], and 'labels' (N,), integers"
+
+
+def load_digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
+    """Scikit-learn's 8x8 handwritten digits: 1,797 images that ship inside the package."""
+    try:
+        from sklearn.datasets import load_digits  # imported here: only data loading needs it
+
+        digits = load_digits()
+    except ImportError:
+        raise DataSourceError("the example data needs scikit-learn: pip install scikit-learn") from None
+    except (OSError, ValueError) as error:
+        raise DataSourceError(
+            f"scikit-learn's bundled digits could not be read ({error}); reinstall it: "
+            "pip install --force-reinstall scikit-learn"
+        ) from None
+    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    return images, torch.tensor(digits.target, dtype=torch.long)
+
+
+def load_npz_tensors(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images and labels from `path`, checked for the expected format."""
+    if not path.is_file():
+        raise DataSourceError(f"data file {path} does not exist: pass {NPZ_FORMAT}, or leave data_path unset")
+    try:
+        with np.load(path) as arrays:
+            images, labels = arrays["images"], arrays["labels"]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise DataSourceError(f"data file {path} is not {NPZ_FORMAT} ({error})") from None
+    if images.ndim != 4 or labels.ndim != 1 or len(images) != len(labels):
+        raise DataSourceError(
+            f"data file {path} holds images {images.shape} and labels {labels.shape}; expected {NPZ_FORMAT}"
+        )
+    return torch.as_tensor(images, dtype=torch.float32), torch.as_tensor(labels, dtype=torch.long)

@@ -1,0 +1,101 @@
+"""Nothing lost: interrupted runs resume exactly, seeded runs repeat, bad runs stop clearly."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+MAX_STEPS = 90  # 20 batches per epoch: the interruption lands mid-epoch
+
+
+def fit_command(save_dir: Path, *flags: str) -> list[str]:
+    return [
+        sys.executable,
+        str(PROJECT_ROOT / "main.py"),
+        "fit",
+        f"--trainer.max_steps={MAX_STEPS}",
+        "--trainer.max_epochs=-1",
+        f"--trainer.logger.init_args.save_dir={save_dir}",
+        "--trainer.enable_progress_bar=false",
+        "--last_checkpoint.every_n_train_steps=5",
+        *flags,
+    ]
+
+
+def run_fit(save_dir: Path, *flags: str, interrupt: signal.Signals | None = None) -> subprocess.CompletedProcess:
+    """Run `main.py fit`; with `interrupt`, send that signal once a periodic last.ckpt exists."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen(
+        fit_command(save_dir, *flags), cwd=save_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    if interrupt is not None:
+        deadline = time.monotonic() + 120
+        while not list(save_dir.rglob("last.ckpt")) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        process.send_signal(interrupt)
+    output, _ = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, output)
+
+
+def last_checkpoint(save_dir: Path) -> dict:
+    (path,) = save_dir.rglob("last.ckpt")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def assert_same_weights(first: dict, second: dict) -> None:
+    assert first["state_dict"].keys() == second["state_dict"].keys()
+    for name, tensor in first["state_dict"].items():
+        assert torch.equal(tensor, second["state_dict"][name]), f"{name} differs"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    save_dir = tmp_path_factory.mktemp("uninterrupted")
+    result = run_fit(save_dir)
+    assert result.returncode == 0, result.stdout
+    return last_checkpoint(save_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("interrupt", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_interrupted_run_resumes_to_the_same_weights(tmp_path, uninterrupted, interrupt):
+    stopped = run_fit(tmp_path, interrupt=interrupt)
+    assert "saved checkpoint" in stopped.stdout, stopped.stdout
+    interrupted_at = last_checkpoint(tmp_path)["global_step"]
+    assert 0 < interrupted_at < MAX_STEPS
+
+    resumed = run_fit(tmp_path, "--ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout
+    final = last_checkpoint(tmp_path)
+    assert final["global_step"] == MAX_STEPS
+    # One run folder: the resumed run logged into the interrupted run's version_0.
+    assert len(list(tmp_path.glob("*/version_*"))) == 1
+    # On the CPU with a fixed seed, resuming changes nothing: same weights, same optimizer state.
+    assert_same_weights(final, uninterrupted)
+    adam_steps = [state["step"] for state in final["optimizer_states"][0]["state"].values()]
+    assert all(step == MAX_STEPS for step in adam_steps)
+
+
+@pytest.mark.slow
+def test_same_seed_same_config_gives_identical_runs(tmp_path, uninterrupted):
+    again = tmp_path / "again"
+    again.mkdir()
+    result = run_fit(again)
+    assert result.returncode == 0, result.stdout
+    assert_same_weights(last_checkpoint(again), uninterrupted)
+
+
+@pytest.mark.slow
+def test_non_finite_loss_stops_naming_the_step_and_keeps_good_weights(tmp_path):
+    result = run_fit(tmp_path, "--model.optimizer=SGD", "--model.optimizer.lr=1e12")
+    assert result.returncode != 0
+    message = result.stdout.strip().splitlines()[-1]
+    assert "at step" in message and "gradient_clip_val" in message, message
+    state = last_checkpoint(tmp_path)["state_dict"]
+    assert all(torch.isfinite(tensor).all() for tensor in state.values() if tensor.is_floating_point())
