@@ -21,7 +21,9 @@ nox.options.sessions = ["lint", "tests", "cpu", "ddp_cpu", "gpu", "ddp"]
 def render(session: nox.Session, **context: str) -> Path:
     """Render the template with defaults (plus `context`) into a fresh temp folder."""
     output = Path(session.create_tmp()) / "rendered"
-    session.run("python", "-c", f"import shutil; shutil.rmtree({str(output)!r}, ignore_errors=True)", silent=True)
+    session.run(
+        "python", "-c", f"import shutil; shutil.rmtree({str(output)!r}, ignore_errors=True)", silent=True
+    )
     settings = [f"{key}={value}" for key, value in context.items()]
     session.run("cookiecutter", "--no-input", "--output-dir", str(output), str(ROOT), *settings, silent=True)
     (project,) = output.iterdir()

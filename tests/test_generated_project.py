@@ -11,7 +11,12 @@ from conftest import render
 # Every option value appears in at least one combination.
 VARIANTS = [
     {"license": "MIT", "torch_build": "cpu", "python_version": "3.10"},
-    {"license": "Apache-2.0", "torch_build": "cu126", "python_version": "3.11", "project_name": "My Cool Project"},
+    {
+        "license": "Apache-2.0",
+        "torch_build": "cu126",
+        "python_version": "3.11",
+        "project_name": "My Cool Project",
+    },
     {"license": "BSD-3-Clause", "torch_build": "cu128", "python_version": "3.12"},
     {"license": "Proprietary", "torch_build": "cu130", "python_version": "3.13"},
 ]
@@ -35,11 +40,23 @@ def pip_install(project: Path, python_version: str) -> None:
     run(sys.executable, "-m", "pip", "install", *flags, "-e", project, cwd=project)
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(v[k] for k in ("license", "torch_build")))
+@pytest.mark.parametrize(
+    "variant", VARIANTS, ids=lambda v: "-".join(v[k] for k in ("license", "torch_build"))
+)
 def test_every_option_renders_a_project_that_installs_and_passes_its_fast_tests(tmp_path, variant):
     project = render(tmp_path, **variant)
     pip_install(project, variant["python_version"])
-    result = run(sys.executable, "-m", "pytest", "-q", "-m", "not slow and not gpu", "-p", "no:cacheprovider", cwd=project)
+    result = run(
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-m",
+        "not slow and not gpu",
+        "-p",
+        "no:cacheprovider",
+        cwd=project,
+    )
     assert " passed" in result.stdout and "failed" not in result.stdout
 
 

@@ -55,7 +55,9 @@ def visible_gpus() -> int:
     if shutil.which("nvidia-smi") is None:
         return 0
     result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-    return sum(line.startswith("GPU ") for line in result.stdout.splitlines()) if result.returncode == 0 else 0
+    return (
+        sum(line.startswith("GPU ") for line in result.stdout.splitlines()) if result.returncode == 0 else 0
+    )
 
 
 def gpu_build() -> str:
@@ -84,9 +86,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def cpu(session: nox.Session) -> None:
-    """All CPU tests, then a short fit/test on the CPU."""
+    """All CPU tests (DDP ones aside), then a short fit/test on the CPU."""
     install(session, cpu_build())
-    session.run("pytest", "-m", "not gpu", *session.posargs)
+    # DDP tests run in ddp_cpu; everything else runs here.
+    session.run("pytest", "-m", "not gpu", "--ignore=tests/test_distributed.py", *session.posargs)
     short_run(session, "--trainer.accelerator=cpu")
 
 

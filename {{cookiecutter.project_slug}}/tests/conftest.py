@@ -34,3 +34,21 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, list[float]]:
         for tag in accumulator.Tags()["scalars"]:
             series.setdefault(tag, []).extend(event.value for event in accumulator.Scalars(tag))
     return series
+
+
+def visible_gpus() -> int:
+    """CUDA GPUs torch can use here (0 on a CPU-only build)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def requires_gpus(count: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Mark a test `gpu` and skip it, saying why, unless `count` CUDA GPUs are visible."""
+    found = visible_gpus()
+
+    def decorate(test: Callable[..., None]) -> Callable[..., None]:
+        skip = pytest.mark.skipif(found < count, reason=f"needs {count} GPU(s), found {found}")
+        return pytest.mark.gpu(skip(test))
+
+    return decorate

@@ -5,10 +5,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import tensorboard_scalars
 
 # A short but real run: enough epochs to learn, small enough for CI.
-SHORT_FIT = ("fit", "--trainer.max_epochs=3", "--model.lr_scheduler.init_args.T_max=3", "--trainer.enable_progress_bar=false")
+SHORT_FIT = (
+    "fit",
+    "--trainer.max_epochs=3",
+    "--model.lr_scheduler.init_args.T_max=3",
+    "--trainer.enable_progress_bar=false",
+)
 
 
 def runs(tmp_path: Path) -> list[Path]:
@@ -43,6 +49,17 @@ def test_ckpt_path_last_without_any_run_says_what_to_do(run_main, capsys):
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert "no last.ckpt" in error and "python main.py fit" in error
+
+
+def test_missing_data_file_or_config_file_is_one_clear_line(run_main, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_main("fit", "--data.data_path=nowhere/digits.npz")
+    assert exit_info.value.code == 2
+    assert "nowhere/digits.npz does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        run_main("fit", "-c", "no_such_config.yaml")
+    assert exit_info.value.code == 2
+    assert "no_such_config.yaml" in capsys.readouterr().err
 
 
 @pytest.mark.slow

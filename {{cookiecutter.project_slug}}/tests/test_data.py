@@ -1,8 +1,10 @@
+import numpy as np
 import pytest
 import torch
 
 from {{ cookiecutter.package_name }}.batching import TensorBatchSampler
 from {{ cookiecutter.package_name }}.data import DigitsDataModule
+from {{ cookiecutter.package_name }}.sources import DataSourceError
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,9 @@ def test_splits_have_the_right_sizes(datamodule):
 
 
 def test_splits_are_disjoint(datamodule):
-    train, val, test = (sample_keys(d) for d in (datamodule.train_set, datamodule.val_set, datamodule.test_set))
+    train, val, test = (
+        sample_keys(d) for d in (datamodule.train_set, datamodule.val_set, datamodule.test_set)
+    )
     assert not train & val and not train & test and not val & test
 
 
@@ -46,7 +50,7 @@ def test_split_depends_only_on_its_seed():
 def test_loader_yields_whole_batches_scaled_to_unit_range(datamodule):
     images, labels = next(iter(datamodule.train_dataloader()))
     assert images.shape == (50, 1, 8, 8) and labels.shape == (50,)
-    assert images.dtype == torch.float32 and 0 <= images.min() and images.max() <= 1
+    assert images.dtype == torch.float32 and images.min() >= 0 and images.max() <= 1
     assert len(datamodule.train_dataloader()) == -(-len(datamodule.train_set) // 50)
 
 
@@ -63,8 +67,36 @@ def test_two_ranks_split_each_epoch_between_them_and_reshuffle_per_epoch():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"batch_size": 0}, {"num_workers": -1}, {"val_fraction": 0.0}, {"val_fraction": 0.5, "test_fraction": 0.5}],
+    [
+        {"batch_size": 0},
+        {"num_workers": -1},
+        {"val_fraction": 0.0},
+        {"val_fraction": 0.5, "test_fraction": 0.5},
+    ],
 )
 def test_bad_settings_are_refused_with_the_value_named(kwargs):
     with pytest.raises(ValueError, match=str(next(iter(kwargs.values())))):
         DigitsDataModule(**kwargs)
+
+
+def test_an_npz_file_of_your_own_sets_shape_and_classes(tmp_path):
+    path = tmp_path / "mine.npz"
+    np.savez(path, images=np.random.rand(100, 3, 6, 6).astype("float32"), labels=np.arange(100) % 4)
+    dm = DigitsDataModule(data_path=path, batch_size=10)
+    assert dm.image_shape == (3, 6, 6) and dm.num_classes == 4
+    dm.setup("fit")
+    images, _ = next(iter(dm.train_dataloader()))
+    assert images.shape == (10, 3, 6, 6)
+
+
+def test_a_missing_data_file_is_named_in_the_error(tmp_path):
+    with pytest.raises(DataSourceError, match=r"missing\.npz does not exist"):
+        DigitsDataModule(data_path=tmp_path / "missing.npz")
+
+
+@pytest.mark.parametrize("content", [b"not a zip file", b"PK\x03\x04 truncated"])
+def test_a_corrupt_data_file_is_named_in_the_error(tmp_path, content):
+    path = tmp_path / "broken.npz"
+    path.write_bytes(content)
+    with pytest.raises(DataSourceError, match=r"broken\.npz is not an \.npz file with arrays"):
+        DigitsDataModule(data_path=path)

@@ -25,7 +25,8 @@ def find_checkpoint(runs_dir: Path, which: str) -> Path:
         if len(matches) > 1:
             listing = ", ".join(str(m) for m in matches)
             raise CheckpointNotFoundError(
-                f"--ckpt_path={which} is ambiguous: {run} holds several ({listing}). Pass one as --ckpt_path=PATH."
+                f"--ckpt_path={which} is ambiguous: {run} holds several ({listing}). "
+                "Pass one as --ckpt_path=PATH."
             )
     raise CheckpointNotFoundError(
         f"--ckpt_path={which}: no {pattern} in any run under {runs_dir}. "

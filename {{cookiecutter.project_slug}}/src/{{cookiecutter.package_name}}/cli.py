@@ -11,13 +11,26 @@ from typing import Any
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
 
-from .callbacks import BestCheckpoint, LastCheckpoint, PredictionWriter
+from . import doctor, hardware, launcher
+from .callbacks import (
+    BestCheckpoint,
+    GracefulInterrupt,
+    LastCheckpoint,
+    NonFiniteLossError,
+    PredictionWriter,
+    RandomStateCheckpoint,
+    StopOnNonFiniteLoss,
+)
 from .checkpoints import CheckpointNotFoundError, find_checkpoint, run_version
 from .data import DigitsDataModule
 from .model import Classifier
+from .sources import DataSourceError
+from .tuning import BatchSizeTuner
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
+EPILOG = "Check this machine's torch, GPUs and driver: python main.py doctor"
 
 
 class UsageError(Exception):
@@ -29,10 +42,12 @@ class ProjectCLI(LightningCLI):
 
     def __init__(self, default_config_files: Sequence[Path] = (), **kwargs: Any) -> None:
         defaults = {"default_config_files": [str(path) for path in default_config_files]}
-        kwargs.setdefault("parser_kwargs", {name: defaults for name in SUBCOMMANDS})
+        kwargs.setdefault("parser_kwargs", {"epilog": EPILOG, **{name: defaults for name in SUBCOMMANDS}})
         # A rerun into an existing run folder (e.g. a resume) rewrites its config.yaml.
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
-        kwargs.setdefault("trainer_defaults", {"callbacks": [PredictionWriter()]})
+        # Always on: exact resume, clean Ctrl-C, a clear stop on NaN loss, predictions.csv.
+        safety = [RandomStateCheckpoint(), GracefulInterrupt(), StopOnNonFiniteLoss(), PredictionWriter()]
+        kwargs.setdefault("trainer_defaults", {"callbacks": safety})
         # The model takes its optimizer as an argument (model.optimizer), so no extra
         # top-level --optimizer/--lr_scheduler flags that could contradict it.
         kwargs.setdefault("auto_configure_optimizers", False)
@@ -45,9 +60,14 @@ class ProjectCLI(LightningCLI):
         # Always-on callbacks whose settings stay flags: --checkpoint.monitor, --last_checkpoint.*
         parser.add_lightning_class_args(BestCheckpoint, "checkpoint")
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
+        parser.add_lightning_class_args(BatchSizeTuner, "tuner")  # --data.batch_size=auto, --tuner.*
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
+        launch = launcher.detect_launch()
+        if launch is not None:  # started by torchrun: join its processes into one run
+            rank_zero_info(launcher.match_launch(config.trainer, launch))
+        hardware.check_request(config.trainer.accelerator, config.trainer.devices)
         if config.get("ckpt_path") in ("best", "last"):
             config.ckpt_path = str(self._find_checkpoint(config, config.ckpt_path))
 
@@ -58,7 +78,9 @@ class ProjectCLI(LightningCLI):
             # instead of failing on our always-on checkpoint callbacks.
             for key in ("checkpoint", "last_checkpoint"):
                 self._parser(self.subcommand).callback_keys.remove(key)
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        hardware.use_tensor_cores(trainer.strategy.root_device)
+        return trainer
 
     def _find_checkpoint(self, config: Any, which: str) -> Path:
         """Resolve `best`/`last` against every earlier run, not only the current one."""
@@ -81,10 +103,18 @@ class ProjectCLI(LightningCLI):
         return checkpoint
 
 
-def cli_main(args: Sequence[str] | None = None, default_config_files: Sequence[Path] = ()) -> ProjectCLI | None:
+def cli_main(
+    args: Sequence[str] | None = None, default_config_files: Sequence[Path] = ()
+) -> ProjectCLI | None:
     """Run the CLI; requests we can check up front fail with one clear line and exit code 2."""
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["doctor"]:  # not a Lightning subcommand: handled before LightningCLI parses
+        raise SystemExit(doctor.main(argv[1:]))
     try:
         return ProjectCLI(default_config_files=default_config_files, args=args)
-    except UsageError as error:
+    except (UsageError, DataSourceError, hardware.HardwareError, launcher.LaunchMismatchError) as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except NonFiniteLossError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None

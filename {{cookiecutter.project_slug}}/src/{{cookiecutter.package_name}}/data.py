@@ -1,32 +1,23 @@
 """The LightningDataModule: the digits data, its fixed splits and its loaders.
 
-Replace `load_digits_tensors` and the class attributes `image_shape`/`num_classes` to train on
-your own data; the CLI links both attributes into the model.
+Train on your own images with `--data.data_path=my_data.npz` (format in `sources.py`), or
+replace the loading in `setup`; the CLI links `image_shape`/`num_classes` into the model.
 """
 
 import warnings
+from pathlib import Path
+from typing import Literal
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from .batching import batched_loader, batches_already_trained
+from .sources import load_digits_tensors, load_npz_tensors
 
 # A run resumed mid-epoch skips the batches it already trained on (see `train_dataloader`), so
 # Lightning's generic warning about non-resumable loaders does not apply to this DataModule.
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
-
-
-def load_digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
-    """Scikit-learn's 8x8 handwritten digits as (images scaled to [0, 1], labels).
-
-    The 1,797 images ship inside scikit-learn, so no download is ever needed.
-    """
-    from sklearn.datasets import load_digits  # imported here: only data loading needs it
-
-    digits = load_digits()
-    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    return images, torch.tensor(digits.target, dtype=torch.long)
 
 
 def stratified_split(
@@ -59,16 +50,18 @@ class DigitsDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        batch_size: int = 64,
+        batch_size: int | Literal["auto"] = 64,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         val_fraction: float = 0.1,
         test_fraction: float = 0.2,
         seed: int = 0,
+        data_path: Path | None = None,
     ) -> None:
         """
         Args:
-            batch_size: Samples per batch on each device.
+            batch_size: Samples per batch on each device, or `auto`: the largest that fits in
+                memory, found when `fit` starts (`tuning.BatchSizeTuner`, `--tuner.*`).
             num_workers: Loader worker processes. 0 suits in-memory data (batches are a
                 tensor index away); raise it when loading from disk is the bottleneck.
             pin_memory: Page-locked host memory for faster copies to a GPU. `None`
@@ -76,10 +69,11 @@ class DigitsDataModule(L.LightningDataModule):
             val_fraction: Share of the data held out for validation.
             test_fraction: Share of the data held out for the final test.
             seed: Fixes the split and the shuffling order.
+            data_path: An .npz file of your own (see `sources.py`); unset: the bundled digits.
         """
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
+        if not (batch_size == "auto" or (isinstance(batch_size, int) and batch_size >= 1)):
+            raise ValueError(f"batch_size must be a positive integer or 'auto', got {batch_size!r}.")
         if num_workers < 0:
             raise ValueError(f"num_workers must be 0 or more, got {num_workers}.")
         if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
@@ -94,6 +88,11 @@ class DigitsDataModule(L.LightningDataModule):
         self.val_fraction = val_fraction
         self.test_fraction = test_fraction
         self.seed = seed
+        self.data_path = data_path
+        if data_path is not None:  # the model is built from these, so read them up front
+            images, labels = load_npz_tensors(data_path)
+            self.image_shape = tuple(images.shape[1:])
+            self.num_classes = int(labels.max()) + 1
         self.train_set: TensorDataset | None = None
         self.val_set: TensorDataset | None = None
         self.test_set: TensorDataset | None = None
@@ -109,7 +108,7 @@ class DigitsDataModule(L.LightningDataModule):
         """Load the data and build the splits. Lightning calls this on every process (rank)."""
         if self.train_set is not None:
             return
-        images, labels = load_digits_tensors()
+        images, labels = load_digits_tensors() if self.data_path is None else load_npz_tensors(self.data_path)
         train, val, test = stratified_split(labels, self.val_fraction, self.test_fraction, self.seed)
         self.train_set = TensorDataset(images[train], labels[train])
         self.val_set = TensorDataset(images[val], labels[val])
@@ -131,6 +130,11 @@ class DigitsDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: TensorDataset | None, shuffle: bool) -> DataLoader:
         assert dataset is not None, "setup() must run before the loaders are built"
+        if self.batch_size == "auto":
+            raise ValueError(
+                "batch_size=auto is resolved only by `fit` with tuning.BatchSizeTuner (the CLI adds it). "
+                "Pass a number, e.g. the one fit chose: it is in the run's config.yaml."
+            )
         trainer = self.trainer
         on_gpu = trainer is not None and trainer.strategy.root_device.type == "cuda"
         return batched_loader(

@@ -24,8 +24,9 @@ class Classifier(L.LightningModule):
     `optimizer` and `lr_scheduler` are callables injected by LightningCLI, so they live in the
     config (`model.optimizer`, `model.lr_scheduler`) and change from the command line
     (`--model.optimizer=SGD --model.optimizer.lr=0.1`) instead of being hard-coded. No
-    optimizer means AdamW with PyTorch's defaults; no scheduler means a constant rate. `image_shape` and `num_classes` are linked from the
-    DataModule by the CLI, so the two can never disagree.
+    optimizer means AdamW with PyTorch's defaults; no scheduler means a constant rate.
+    `image_shape` and `num_classes` are linked from the DataModule by the CLI, so the two can
+    never disagree.
     """
 
     def __init__(
@@ -63,25 +64,16 @@ class Classifier(L.LightningModule):
         loss = self.loss_fn(logits, targets)
         self.train_acc.update(logits, targets)
         self.log("train/loss", loss, prog_bar=True)
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
         return loss
 
-    def on_train_epoch_end(self) -> None:
-        self.log("train/acc", self.train_acc.compute())
-        self.train_acc.reset()
-
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_acc, self.val_loss)
-
-    def on_validation_epoch_end(self) -> None:
-        accuracy = self._log_epoch_metrics("val", self.val_acc, self.val_loss)
+        self._evaluate("val", batch, self.val_acc, self.val_loss)
         # The hparams tab in TensorBoard shows `hp_metric`: make it the validation accuracy.
-        self.log("hp_metric", accuracy)
+        self.log("hp_metric", self.val_acc)
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_acc, self.test_loss)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_epoch_metrics("test", self.test_acc, self.test_loss)
+        self._evaluate("test", batch, self.test_acc, self.test_loss)
 
     def predict_step(self, batch: Batch, batch_idx: int) -> dict[str, Tensor]:
         images, targets = batch
@@ -98,17 +90,14 @@ class Classifier(L.LightningModule):
         # `monitor` is only read by ReduceLROnPlateau; other schedulers step every epoch.
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss"}}
 
-    def _evaluate(self, batch: Batch, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> None:
+    def _evaluate(
+        self, stage: str, batch: Batch, accuracy: MulticlassAccuracy, mean_loss: MeanMetric
+    ) -> None:
         images, targets = batch
         logits = self(images)
         accuracy.update(logits, targets)
         mean_loss.update(self.loss_fn(logits, targets), weight=targets.numel())
-
-    def _log_epoch_metrics(self, stage: str, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> Tensor:
-        """Log epoch-level metrics computed over all ranks (torchmetrics syncs them), then reset."""
-        value = accuracy.compute()
-        self.log(f"{stage}/acc", value, prog_bar=True)
-        self.log(f"{stage}/loss", mean_loss.compute())
-        accuracy.reset()
-        mean_loss.reset()
-        return value
+        # Metric objects, not tensors: at the epoch's end Lightning computes each over all DDP
+        # ranks (torchmetrics syncs them), logs it once and resets it.
+        self.log(f"{stage}/acc", accuracy, prog_bar=True)
+        self.log(f"{stage}/loss", mean_loss)

@@ -1,0 +1,276 @@
+"""DDP launched the ways users launch it: Lightning's own launcher, torchrun, two torchrun "nodes".
+
+DDP cannot run inside pytest's process, so each test runs `main.py` in new processes. On the CPU
+they talk over gloo instead of NCCL; everything else (launch, data sharding, metric sync,
+rank-0 logging and checkpoints) is the code path of multi-GPU DDP.
+"""
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+
+from conftest import MAIN, PROJECT_ROOT, requires_gpus, tensorboard_scalars
+from {{ cookiecutter.package_name }}.data import DigitsDataModule
+from {{ cookiecutter.package_name }}.launcher import Launch, LaunchMismatchError, device_count, match_launch
+
+EPOCHS = 2
+SHORT = (
+    f"--trainer.max_epochs={EPOCHS}",
+    f"--model.lr_scheduler.init_args.T_max={EPOCHS}",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    # Each process writes what it saw to rank<N>-<stage>.json (RankReport, below).
+    "--trainer.callbacks+=test_distributed.RankReport",
+)
+DDP_CPU = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
+TIMEOUT_S = 180
+
+
+class RankReport(L.Callback):
+    """What one DDP process saw: its rank, the world, its batches and the metrics it computed."""
+
+    def __init__(self) -> None:
+        self.train_batches = 0
+        self.val_acc: list[float] = []
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.train_batches += 1
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.val_acc.append(float(trainer.callback_metrics["val/acc"]))
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        report = {
+            "global_rank": trainer.global_rank,
+            "world_size": trainer.world_size,
+            "node_rank": trainer.node_rank,
+            "device": str(pl_module.device),
+            "matmul_precision": torch.get_float32_matmul_precision(),
+            "train_batches": self.train_batches,
+            "val_acc": self.val_acc,
+            "test_acc": float(trainer.callback_metrics.get("test/acc", float("nan"))),
+        }
+        Path(f"rank{trainer.global_rank}-{trainer.state.fn.value}.json").write_text(json.dumps(report))
+
+
+def rank_reports(folder: Path, stage: str) -> list[dict[str, Any]]:
+    return [json.loads(path.read_text()) for path in sorted(folder.glob(f"rank*-{stage}.json"))]
+
+
+def environment() -> dict[str, str]:
+    """This interpreter (and its torchrun) first on PATH; the project and these tests importable."""
+    paths = [str(PROJECT_ROOT / "src"), str(PROJECT_ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join(filter(None, paths)),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def run(folder: Path, *command: str, env: dict[str, str] | None = None) -> str:
+    """Run a command in `folder`; its output, or a failure that shows that output."""
+    result = subprocess.run(
+        command, cwd=folder, env=env or environment(), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{' '.join(command)} failed ({result.returncode}):\n{output[-4000:]}"
+    return output
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def train_batches_per_rank(world_size: int) -> int:
+    """Batches one rank trains on per epoch when `world_size` ranks share the training split."""
+    datamodule = DigitsDataModule()
+    datamodule.setup("fit")
+    samples_per_rank = math.ceil(len(datamodule.train_set) / world_size)
+    return math.ceil(samples_per_rank / datamodule.batch_size)
+
+
+def assert_one_run_of_two_ranks(folder: Path, output: str) -> None:
+    """Two processes trained together as one run: shared data, synced metrics, one set of files."""
+    reports = rank_reports(folder, "fit")
+    assert [(r["global_rank"], r["world_size"]) for r in reports] == [(0, 2), (1, 2)], output[-3000:]
+    # Each rank trained on its own half of every epoch, so it ran half the batches.
+    assert reports[0]["train_batches"] == reports[1]["train_batches"] == EPOCHS * train_batches_per_rank(2)
+    # torchmetrics synced validation across ranks: both computed the same accuracy.
+    assert len(reports[0]["val_acc"]) == EPOCHS and reports[0]["val_acc"] == reports[1]["val_acc"]
+
+    # Rank 0 alone logged and saved: one run folder, one event file, one config, one of each checkpoint.
+    (run_dir,) = (folder / "logs").glob("*/version_*")
+    assert run_dir.name == "version_0"
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
+    assert (run_dir / "config.yaml").is_file()
+    checkpoints = sorted(path.name for path in (run_dir / "checkpoints").iterdir())
+    assert len(checkpoints) == 2 and checkpoints[0].startswith("best-") and checkpoints[1] == "last.ckpt"
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == EPOCHS * train_batches_per_rank(2)
+
+    scalars = tensorboard_scalars(run_dir)
+    assert scalars["val/acc"] == pytest.approx(reports[0]["val_acc"])
+    assert scalars["hp_metric"][-1] == pytest.approx(scalars["val/acc"][-1])
+    assert "sync_dist" not in output, "epoch metrics must be logged as synced torchmetrics objects"
+
+
+@pytest.mark.slow
+def test_ddp_on_cpu_trains_two_ranks_as_one_run(tmp_path):
+    output = run(tmp_path, sys.executable, str(MAIN), "fit", *DDP_CPU, *SHORT)
+    assert "Starting with 2 processes" in output
+    assert_one_run_of_two_ranks(tmp_path, output)
+
+
+@pytest.mark.slow
+def test_ddp_on_cpu_test_subcommand_reports_one_accuracy_over_all_ranks(tmp_path):
+    run(tmp_path, sys.executable, str(MAIN), "test", *DDP_CPU, *SHORT)  # untrained weights will do
+    reports = rank_reports(tmp_path, "test")
+    assert [r["global_rank"] for r in reports] == [0, 1]
+    assert reports[0]["test_acc"] == reports[1]["test_acc"]
+    (run_dir,) = (tmp_path / "logs").glob("*/version_*")
+    assert tensorboard_scalars(run_dir)["test/acc"] == pytest.approx([reports[0]["test_acc"]])
+
+
+@pytest.mark.slow
+def test_torchrun_without_trainer_flags_joins_its_processes_into_one_run(tmp_path):
+    env = {**environment(), "NPROC_PER_NODE": "2", "MASTER_PORT": str(free_port())}
+    torchrun = str(PROJECT_ROOT / "scripts" / "torchrun.sh")
+    output = run(tmp_path, "bash", torchrun, "fit", "--trainer.accelerator=cpu", *SHORT, env=env)
+    assert "torchrun started 2 processes (2 per node on 1 node(s))" in output
+    assert "--trainer.devices=2 --trainer.num_nodes=1 --trainer.strategy=ddp" in output
+    assert_one_run_of_two_ranks(tmp_path, output)
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_on_loopback_train_as_one_run(tmp_path):
+    """Two "machines" of one process each, talking over 127.0.0.1, as on a real cluster."""
+    port = str(free_port())
+    torchrun = str(PROJECT_ROOT / "scripts" / "torchrun.sh")
+    nodes = []
+    for node_rank in (0, 1):
+        env = {**environment(), "NNODES": "2", "NODE_RANK": str(node_rank), "NPROC_PER_NODE": "1"}
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        command = ["bash", torchrun, "fit", "--trainer.accelerator=cpu", *SHORT]
+        nodes.append(
+            subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
+    try:
+        outputs = [node.communicate(timeout=TIMEOUT_S)[0].decode() for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    for node, output in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, output[-4000:]
+    assert "--trainer.devices=1 --trainer.num_nodes=2 --trainer.strategy=ddp" in outputs[0]
+    assert [r["node_rank"] for r in rank_reports(tmp_path, "fit")] == [0, 1]
+    assert_one_run_of_two_ranks(tmp_path, "\n".join(outputs))
+
+
+@requires_gpus(1)
+@pytest.mark.slow
+def test_fit_on_one_gpu_uses_it_with_tensor_cores(tmp_path):
+    run(
+        tmp_path,
+        sys.executable,
+        str(MAIN),
+        "fit",
+        "-c",
+        str(PROJECT_ROOT / "configs/presets/gpu.yaml"),
+        *SHORT,
+    )
+    (report,) = rank_reports(tmp_path, "fit")
+    assert report["device"] == "cuda:0"
+    major, _ = torch.cuda.get_device_capability(0)
+    assert report["matmul_precision"] == ("high" if major >= 8 else "highest")
+    assert report["val_acc"][-1] > 0.5
+
+
+@requires_gpus(2)
+@pytest.mark.slow
+def test_ddp_on_two_gpus_trains_as_one_run(tmp_path):
+    preset = str(PROJECT_ROOT / "configs/presets/ddp.yaml")
+    output = run(tmp_path, sys.executable, str(MAIN), "fit", "-c", preset, "--trainer.devices=2", *SHORT)
+    assert [r["device"] for r in rank_reports(tmp_path, "fit")] == ["cuda:0", "cuda:1"]
+    assert_one_run_of_two_ranks(tmp_path, output)
+
+
+# --- Matching torchrun's world: fast checks of the rules, no processes started ----------------
+
+
+class TrainerConfig:
+    """Stands in for the parsed `trainer` section of the config."""
+
+    def __init__(self, devices: Any = "auto", num_nodes: int = 1, strategy: Any = "auto") -> None:
+        self.devices, self.num_nodes, self.strategy = devices, num_nodes, strategy
+
+
+@pytest.mark.parametrize(
+    ("launch", "expected"),
+    [(Launch(2, 2), (2, 1, "ddp")), (Launch(2, 1), (1, 2, "ddp")), (Launch(8, 4), (4, 2, "ddp"))],
+)
+def test_settings_left_at_their_defaults_follow_torchrun(launch, expected):
+    trainer = TrainerConfig()
+    match_launch(trainer, launch)
+    assert (trainer.devices, trainer.num_nodes, trainer.strategy) == expected
+
+
+def test_explicit_settings_that_agree_with_torchrun_are_kept():
+    trainer = TrainerConfig(devices=[0, 1], num_nodes=2, strategy="ddp_find_unused_parameters_true")
+    match_launch(trainer, Launch(4, 2))
+    assert (trainer.devices, trainer.num_nodes, trainer.strategy) == (
+        [0, 1],
+        2,
+        "ddp_find_unused_parameters_true",
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"devices": 1}, "--trainer.devices=1"),
+        ({"devices": "0,1,2"}, "--trainer.devices=0,1,2"),
+        ({"num_nodes": 3}, "--trainer.num_nodes=3"),
+        ({"strategy": "ddp_spawn"}, "--trainer.strategy=ddp_spawn"),
+        ({"strategy": "single_device"}, "--trainer.strategy=single_device"),
+    ],
+)
+def test_settings_that_contradict_torchrun_are_refused_by_name(settings, named):
+    with pytest.raises(LaunchMismatchError, match="torchrun started 4 processes") as error:
+        match_launch(TrainerConfig(**settings), Launch(4, 2))
+    assert named in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("devices", "count"), [("auto", None), (-1, None), ("-1", None), (2, 2), ("3", 3), ([0, 2], 2)]
+)
+def test_device_count_reads_every_form_of_trainer_devices(devices, count):
+    assert device_count(devices) == count
+
+
+def test_under_torchrun_a_contradicting_flag_stops_main_with_one_line(run_main, monkeypatch, capsys):
+    # What torchrun --nproc-per-node=2 sets; the error comes before any process group starts.
+    for name, value in {"TORCHELASTIC_RUN_ID": "test", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exit_info:
+        run_main("fit", "--trainer.accelerator=cpu", "--trainer.devices=1")
+    assert exit_info.value.code == 2  # cli_main caught it: no traceback
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: torchrun started 2 processes") and "--trainer.devices=1" in error
+
+
+@pytest.mark.parametrize("script", ["torchrun.sh", "slurm.sbatch"])
+def test_launch_scripts_are_valid_bash(script):
+    subprocess.run(["bash", "-n", str(PROJECT_ROOT / "scripts" / script)], check=True)
