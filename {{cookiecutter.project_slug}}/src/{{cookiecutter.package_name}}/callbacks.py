@@ -85,11 +85,18 @@ class RandomStateCheckpoint(Callback):
     same weights as a run that was never interrupted.
     """
 
+    def __init__(self) -> None:
+        self._device = torch.device("cpu")
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._device = trainer.strategy.root_device
+
     def state_dict(self) -> dict[str, Any]:
         kind, keys, position, has_gauss, cached = np.random.get_state()
+        on_gpu = self._device.type == "cuda"  # this rank's GPU only: never wake the others
         return {
             "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "cuda": torch.cuda.get_rng_state(self._device) if on_gpu else None,
             # Plain types and tensors only: checkpoints load with torch.load(weights_only=True).
             "numpy": {"keys": torch.from_numpy(keys.copy()), "rest": [kind, position, has_gauss, cached]},
             "python": random.getstate(),
@@ -97,8 +104,8 @@ class RandomStateCheckpoint(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         torch.set_rng_state(state_dict["torch"])
-        if state_dict["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state_dict["cuda"])
+        if state_dict["cuda"] is not None and self._device.type == "cuda":
+            torch.cuda.set_rng_state(state_dict["cuda"], self._device)
         kind, position, has_gauss, cached = state_dict["numpy"]["rest"]
         np.random.set_state((kind, state_dict["numpy"]["keys"].numpy(), position, has_gauss, cached))
         random.setstate(state_dict["python"])
