@@ -30,9 +30,10 @@ def render(session: nox.Session, **context: str) -> Path:
     return project
 
 
-def project_noxfile(project: Path):
-    """The generated project's noxfile as a module, to reuse its helpers here."""
-    spec = importlib.util.spec_from_file_location("project_noxfile", project / "noxfile.py")
+def torch_build(project: Path):
+    """A rendered project's torch_build.py (standard library only), loaded by path."""
+    (path,) = project.glob("src/*/torch_build.py")
+    spec = importlib.util.spec_from_file_location("torch_build", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -41,7 +42,7 @@ def project_noxfile(project: Path):
 def run_project_session(session: nox.Session, name: str, min_gpus: int = 0) -> None:
     session.install("nox", *TEMPLATE_TOOLS)
     project = render(session)
-    gpus = project_noxfile(project).visible_gpus()
+    gpus = torch_build(project).nvidia_gpu_count()
     if gpus < min_gpus:
         session.skip(f"needs {min_gpus} NVIDIA GPU(s); nvidia-smi found {gpus}")
     with session.chdir(project):
@@ -65,7 +66,10 @@ def tests(session: nox.Session) -> None:
     """The template's tests: prompts, hooks, every option, and the example really learns."""
     session.install("pytest", *TEMPLATE_TOOLS)
     project = render(session)
-    session.install(*project_noxfile(project).torch_requirement(os.environ.get("TORCH_BUILD", "cpu")))
+    builds = torch_build(project)
+    version = os.environ.get("TORCH_VERSION", builds.TESTED_TORCH_VERSION)
+    build = os.environ.get("TORCH_BUILD", "cpu")
+    session.install(*builds.pip_requirement(build, version, os.environ.get("TORCH_INDEX_URL")))
     session.install("-e", f"{project}[dev]")  # brings the generated project's dependencies
     session.run("pytest", "tests", *session.posargs)
 

@@ -12,52 +12,34 @@ default PyPI wheel (a multi-GB CUDA build on Linux, even on machines without a G
 
 import importlib.util
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nox
 
 ROOT = Path(__file__).parent
 PACKAGE = "{{ cookiecutter.package_name }}"
-TESTED_TORCH_VERSION = "2.13.0"
 
 nox.options.sessions = ["lint", "cpu", "ddp_cpu", "gpu", "ddp"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-def _torch_build_module():
-    """The project's torch_build.py, loaded by path: it has no dependencies to install first."""
+def _load_torch_build():
+    """The project's torch_build.py, loaded by path: it needs nothing installed first."""
     spec = importlib.util.spec_from_file_location("torch_build", ROOT / "src" / PACKAGE / "torch_build.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def torch_requirement(build: str) -> list[str]:
-    """pip arguments that install exactly this torch build (see the module docstring)."""
-    version = os.environ.get("TORCH_VERSION", TESTED_TORCH_VERSION)
-    labelled = build != "cpu" or sys.platform.startswith("linux")  # macOS wheels carry no +cpu label
-    requirement = f"torch=={version}+{build}" if labelled else f"torch=={version}"
-    index_url = os.environ.get("TORCH_INDEX_URL", _torch_build_module().index_url(build))
-    return [requirement, "--index-url", index_url] if index_url else [requirement]
+torch_build = _load_torch_build()
 
 
 def install(session: nox.Session, build: str) -> None:
-    session.install(*torch_requirement(build))
+    """torch in exactly this build first (see the module docstring), then the project."""
+    version = os.environ.get("TORCH_VERSION", torch_build.TESTED_TORCH_VERSION)
+    session.install(*torch_build.pip_requirement(build, version, os.environ.get("TORCH_INDEX_URL")))
     session.install("-e", ".[dev]")
     session.run("python", "-c", "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)")
-
-
-def visible_gpus() -> int:
-    """NVIDIA GPUs on this machine, asked of nvidia-smi so no torch is needed to decide."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-    return (
-        sum(line.startswith("GPU ") for line in result.stdout.splitlines()) if result.returncode == 0 else 0
-    )
 
 
 def gpu_build() -> str:
@@ -65,7 +47,7 @@ def gpu_build() -> str:
 
 
 def cpu_build() -> str:
-    return os.environ.get("TORCH_BUILD") or _torch_build_module().TORCH_BUILD
+    return os.environ.get("TORCH_BUILD") or torch_build.TORCH_BUILD
 
 
 def short_run(session: nox.Session, *flags: str) -> None:
@@ -104,7 +86,7 @@ def ddp_cpu(session: nox.Session) -> None:
 @nox.session
 def gpu(session: nox.Session) -> None:
     """GPU tests and a short fit/test on one GPU (skipped without one)."""
-    if visible_gpus() < 1:
+    if torch_build.nvidia_gpu_count() < 1:
         session.skip("no NVIDIA GPU visible (nvidia-smi found none)")
     install(session, gpu_build())
     session.run("pytest", "-m", "gpu", *session.posargs)
@@ -114,7 +96,7 @@ def gpu(session: nox.Session) -> None:
 @nox.session
 def ddp(session: nox.Session) -> None:
     """DDP across 2+ GPUs: short fit/test (skipped with fewer than 2 GPUs)."""
-    gpus = visible_gpus()
+    gpus = torch_build.nvidia_gpu_count()
     if gpus < 2:
         session.skip(f"DDP across GPUs needs 2 or more; nvidia-smi found {gpus}")
     install(session, gpu_build())

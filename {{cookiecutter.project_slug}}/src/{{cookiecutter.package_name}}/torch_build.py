@@ -5,7 +5,12 @@ PyPI's default build. Standard library only, on purpose: the noxfile and the doc
 file before (or without) torch being importable.
 """
 
+import shutil
+import subprocess
+import sys
+
 TORCH_BUILD = "{{ cookiecutter.torch_build }}"  # chosen when the project was generated
+TESTED_TORCH_VERSION = "2.13.0"  # the release the test sessions pin
 
 INDEX = "https://download.pytorch.org/whl"
 BUILDS = ("cpu", "cu126", "cu128", "cu130")  # oldest CUDA first
@@ -29,6 +34,30 @@ def index_url(build: str) -> str:
 def pip_install_command(build: str = TORCH_BUILD) -> str:
     """The exact command that installs torch in this build."""
     return f"pip install torch --index-url {index_url(build)}"
+
+
+def pip_requirement(build: str, version: str = TESTED_TORCH_VERSION, index: str | None = None) -> list[str]:
+    """pip arguments that install exactly this build of torch `version`.
+
+    The build label is part of the pin (`torch==2.13.0+cpu`), so no other variant can slip in
+    whatever the index offers. `index=""` leaves the choice of index to pip's configuration
+    (a mirror or a wheelhouse); None uses PyTorch's index for the build.
+    """
+    _check(build)
+    labelled = build != "cpu" or sys.platform.startswith("linux")  # macOS wheels carry no +cpu label
+    requirement = f"torch=={version}+{build}" if labelled else f"torch=={version}"
+    index = index_url(build) if index is None else index
+    return [requirement, "--index-url", index] if index else [requirement]
+
+
+def nvidia_gpu_count() -> int:
+    """NVIDIA GPUs that nvidia-smi lists (0 without a driver): no torch needed to ask."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        return 0
+    return sum(line.startswith("GPU ") for line in result.stdout.splitlines())
 
 
 def _check(build: str) -> None:
