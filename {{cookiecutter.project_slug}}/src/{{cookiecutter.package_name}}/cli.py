@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -72,7 +73,15 @@ class ProjectCLI(LightningCLI):
             config.ckpt_path = str(self._find_checkpoint(config, config.ckpt_path))
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        checkpointing = self._get(self.config_init, "trainer").get("enable_checkpointing") is not False
+        trainer_config = self._get(self.config_init, "trainer")
+        callbacks = trainer_config.get("callbacks") or []
+        if trainer_config.get("enable_progress_bar") is not False and not any(
+            isinstance(callback, ProgressBar) for callback in callbacks
+        ):
+            # Lightning's default bar (Rich, when installed) redraws 100 times a second from a
+            # second thread: in a terminal that slows a small model's steps by a third.
+            trainer_config["callbacks"] = [*callbacks, TQDMProgressBar(refresh_rate=10)]
+        checkpointing = trainer_config.get("enable_checkpointing") is not False
         if self.subcommand != "fit" or not checkpointing:
             # Only fit writes checkpoints; and --trainer.enable_checkpointing=false is honoured
             # instead of failing on our always-on checkpoint callbacks.
