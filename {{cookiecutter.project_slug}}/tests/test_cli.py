@@ -1,12 +1,17 @@
 """The command line, called the way users call it: `python main.py SUBCOMMAND ...`."""
 
 import csv
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from conftest import tensorboard_scalars
+from {{ cookiecutter.package_name }}.cli import ProjectCLI
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 
 # A short but real run: enough epochs to learn, small enough for CI.
 SHORT_FIT = (
@@ -60,6 +65,47 @@ def test_missing_data_file_or_config_file_is_one_clear_line(run_main, capsys):
         run_main("fit", "-c", "no_such_config.yaml")
     assert exit_info.value.code == 2
     assert "no_such_config.yaml" in capsys.readouterr().err
+
+
+class BuildOnlyCLI(ProjectCLI):
+    """Builds everything a subcommand would use, then returns instead of running it."""
+
+    def fit(self, **kwargs: Any) -> None:
+        pass
+
+    validate = test = predict = fit
+
+
+FIT_ONLY = {
+    "RandomStateCheckpoint",
+    "GracefulInterrupt",
+    "StopOnNonFiniteLoss",
+    "BestCheckpoint",
+    "LastCheckpoint",
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "present", "absent"),
+    [
+        (["fit"], FIT_ONLY, {"PredictionWriter", "BatchSizeTuner"}),
+        (["fit", "--data.batch_size=auto"], {"BatchSizeTuner"}, set()),
+        (["fit", "--data.batch_size=32", "--tuner.scale_lr=linear"], {"BatchSizeTuner"}, set()),
+        (["fit", "--trainer.enable_checkpointing=false"], set(), {"BestCheckpoint", "LastCheckpoint"}),
+        (["predict"], {"PredictionWriter"}, FIT_ONLY | {"BatchSizeTuner"}),
+        (["test"], set(), FIT_ONLY | {"BatchSizeTuner", "PredictionWriter"}),
+    ],
+)
+def test_each_subcommand_gets_the_callbacks_it_needs_and_no_others(
+    tmp_path, monkeypatch, args, present, absent
+):
+    # Lightning calls every callback at every hook of every step: an idle one still costs time.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["main.py"])
+    cli = BuildOnlyCLI(default_config_files=[DEFAULT_CONFIG], args=args)
+    names = {type(callback).__name__ for callback in cli.trainer.callbacks}
+    assert present <= names, f"missing {present - names}"
+    assert not absent & names, f"unneeded {absent & names}"
 
 
 @pytest.mark.slow

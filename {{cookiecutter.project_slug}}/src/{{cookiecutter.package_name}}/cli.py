@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, ProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -46,9 +46,6 @@ class ProjectCLI(LightningCLI):
         kwargs.setdefault("parser_kwargs", {"epilog": EPILOG, **{name: defaults for name in SUBCOMMANDS}})
         # A rerun into an existing run folder (e.g. a resume) rewrites its config.yaml.
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
-        # Always on: exact resume, clean Ctrl-C, a clear stop on NaN loss, predictions.csv.
-        safety = [RandomStateCheckpoint(), GracefulInterrupt(), StopOnNonFiniteLoss(), PredictionWriter()]
-        kwargs.setdefault("trainer_defaults", {"callbacks": safety})
         # The model takes its optimizer as an argument (model.optimizer), so no extra
         # top-level --optimizer/--lr_scheduler flags that could contradict it.
         kwargs.setdefault("auto_configure_optimizers", False)
@@ -74,22 +71,43 @@ class ProjectCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer_config = self._get(self.config_init, "trainer")
-        callbacks = trainer_config.get("callbacks") or []
+        callbacks = [*(trainer_config.get("callbacks") or []), *self._always_on_callbacks()]
         if trainer_config.get("enable_progress_bar") is not False and not any(
             isinstance(callback, ProgressBar) for callback in callbacks
         ):
             # Lightning's default bar (Rich, when installed) redraws 100 times a second from a
             # second thread: in a terminal that slows a small model's steps by a third.
-            trainer_config["callbacks"] = [*callbacks, TQDMProgressBar(refresh_rate=10)]
-        checkpointing = trainer_config.get("enable_checkpointing") is not False
-        if self.subcommand != "fit" or not checkpointing:
-            # Only fit writes checkpoints; and --trainer.enable_checkpointing=false is honoured
-            # instead of failing on our always-on checkpoint callbacks.
-            for key in ("checkpoint", "last_checkpoint"):
-                self._parser(self.subcommand).callback_keys.remove(key)
+            callbacks.append(TQDMProgressBar(refresh_rate=10))
+        trainer_config["callbacks"] = callbacks
+        for key in self._unused_callback_keys(trainer_config):
+            self._parser(self.subcommand).callback_keys.remove(key)
         trainer = super().instantiate_trainer(**kwargs)
         hardware.use_tensor_cores(trainer.strategy.root_device)
         return trainer
+
+    def _always_on_callbacks(self) -> list[Callback]:
+        """What this subcommand needs whatever the config says, and nothing more.
+
+        Lightning calls every callback at every hook of every step, needed or not (about 5 us
+        each on a CPU), so the fit-only ones stay out of validate/test/predict and the other way round.
+        """
+        if self.subcommand == "fit":  # exact resume, clean Ctrl-C, a clear stop on NaN loss
+            return [RandomStateCheckpoint(), GracefulInterrupt(), StopOnNonFiniteLoss()]
+        if self.subcommand == "predict":
+            return [PredictionWriter()]  # predictions.csv
+        return []
+
+    def _unused_callback_keys(self, trainer_config: dict[str, Any]) -> list[str]:
+        """Our flag-configured callbacks (--checkpoint.*, --last_checkpoint.*, --tuner.*) to leave out."""
+        unused = []
+        if self.subcommand != "fit" or trainer_config.get("enable_checkpointing") is False:
+            # Only fit writes checkpoints; and --trainer.enable_checkpointing=false is honoured
+            # instead of failing on our always-on checkpoint callbacks.
+            unused += ["checkpoint", "last_checkpoint"]
+        tuner = self._get(self.config_init, "tuner")
+        if self.subcommand != "fit" or (self.datamodule.batch_size != "auto" and tuner.scale_lr == "none"):
+            unused.append("tuner")  # nothing to search for or scale
+        return unused
 
     def _find_checkpoint(self, config: Any, which: str) -> Path:
         """Resolve `best`/`last` against every earlier run, not only the current one."""

@@ -74,12 +74,18 @@ class Classifier(L.LightningModule):
         self.log("train/acc", self.train_acc)
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate("val", batch, self.val_acc, self.val_loss)
+        self._evaluate(batch, self.val_acc, self.val_loss)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val", self.val_acc, self.val_loss)
         # The hparams tab in TensorBoard shows `hp_metric`: make it the validation accuracy.
         self.log("hp_metric", self.val_acc)
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate("test", batch, self.test_acc, self.test_loss)
+        self._evaluate(batch, self.test_acc, self.test_loss)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test", self.test_acc, self.test_loss)
 
     def predict_step(self, batch: Batch, batch_idx: int) -> dict[str, Tensor]:
         images, targets = batch
@@ -106,14 +112,14 @@ class Classifier(L.LightningModule):
         every = self._trainer.log_every_n_steps if self._trainer is not None else 0
         return every > 0 and (self.global_step + 1) % every == 0
 
-    def _evaluate(
-        self, stage: str, batch: Batch, accuracy: MulticlassAccuracy, mean_loss: MeanMetric
-    ) -> None:
+    def _evaluate(self, batch: Batch, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> None:
         images, targets = batch
         logits = self(images)
         accuracy.update(logits, targets)
         mean_loss.update(self.loss_fn(logits, targets), weight=targets.numel())
-        # Metric objects, not tensors: at the epoch's end Lightning computes each over all DDP
-        # ranks (torchmetrics syncs them), logs it once and resets it.
+
+    def _log_epoch(self, stage: str, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> None:
+        # Metric objects, logged once per epoch rather than at every batch: Lightning computes
+        # each over all DDP ranks (torchmetrics syncs them), logs it and resets it.
         self.log(f"{stage}/acc", accuracy, prog_bar=True)
         self.log(f"{stage}/loss", mean_loss)
