@@ -1,22 +1,27 @@
 """Training throughput: the project's `fit` against a plain PyTorch loop, same network, data and steps.
 
-Three runs per round, in rotating order so that the noise of a shared machine hits all alike:
-- `plain`: a hand-written loop (shuffle, index whole batches, step; then a validation pass);
+Three Lightning runs per round, in rotating order:
+- `lightning_floor`: stock Lightning with nothing on (a bare LightningModule around the same network
+  and optimizer; no logging, checkpoints, bar or summary): what Lightning's loop itself costs;
 - `fit_default`: `python main.py fit` as configured (logging, checkpoints, progress bar);
 - `fit_bare`: the same with logging, checkpoints, progress bar and config callbacks off.
-Each figure is a median over the epochs after each run's first (warm-up) epoch. Wall time is
-what users feel; CPU time (this process, all threads) is steadier when other work shares the
-machine, and also counts a progress bar's drawing thread.
+Just before each of their epochs, in the same process, one epoch of `plain`, a hand-written loop
+(shuffle, index whole batches, step; then a validation pass), runs on its own copy of the
+network: each ratio is the median, over the epochs after the first (warm-up), of an epoch divided
+by the plain epoch run just before it, so a machine that slows down for a while slows both alike.
+Wall time is what users feel; CPU time (this process, all threads) also counts a progress bar's
+drawing thread.
 """
 
 import contextlib
+import copy
 import os
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +32,8 @@ from torch.utils.data import TensorDataset
 
 from .project import import_module
 
-RUNS = ("plain", "fit_default", "fit_bare")
+RUNS = ("plain", "lightning_floor", "fit_default", "fit_bare")
+LIGHTNING_RUNS = RUNS[1:]
 BARE_FLAGS = [
     "--trainer.logger=false",
     "--trainer.enable_checkpointing=false",
@@ -58,17 +64,67 @@ def since(start: tuple[float, float]) -> tuple[float, float]:
     return wall - start[0], cpu - start[1]
 
 
-class EpochTimer(L.Callback):
-    """Per epoch, between Lightning's own hooks: the training part (batches and per-step logging) and
-    the whole epoch (plus validation, checkpoints, epoch-end logging)."""
+@dataclass
+class EpochTimes:
+    """(wall, CPU) seconds per epoch: the training part, and the whole epoch with validation."""
 
-    def __init__(self) -> None:
-        self.train: list[tuple[float, float]] = []
-        self.epoch: list[tuple[float, float]] = []
+    train: list[tuple[float, float]] = field(default_factory=list)
+    epoch: list[tuple[float, float]] = field(default_factory=list)
+
+
+class PlainLoop:
+    """The floor: what any training script must do, with no framework around it."""
+
+    def __init__(
+        self,
+        network: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        train: tuple[torch.Tensor, torch.Tensor],
+        val: tuple[torch.Tensor, torch.Tensor],
+        batch_size: int,
+    ) -> None:
+        self.network, self.optimizer, self.batch_size = network, optimizer, batch_size
+        self.train, self.val = train, val
+        self.loss_fn = nn.CrossEntropyLoss()
+
+    def epoch(self, times: EpochTimes) -> None:
+        """One epoch of training, then a validation pass (loss and accuracy)."""
+        (images, labels), (val_images, val_labels) = self.train, self.val
+        started = now()
+        self.network.train()
+        order = torch.randperm(len(images))
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            self.optimizer.zero_grad()
+            self.loss_fn(self.network(images[batch]), labels[batch]).backward()
+            self.optimizer.step()
+        times.train.append(since(started))
+        self.network.eval()
+        with torch.no_grad():
+            correct, loss = 0, 0.0
+            for start in range(0, len(val_images), self.batch_size):
+                logits = self.network(val_images[start : start + self.batch_size])
+                targets = val_labels[start : start + self.batch_size]
+                loss += float(self.loss_fn(logits, targets)) * len(targets)
+                correct += int((logits.argmax(-1) == targets).sum())
+        times.epoch.append(since(started))
+
+
+class PairedEpochTimer(L.Callback):
+    """Times each Lightning epoch between Lightning's own hooks (the training part: batches and
+    per-step logging; the whole epoch: plus validation, checkpoints, epoch-end logging), and runs
+    one plain epoch just before each."""
+
+    def __init__(self, plain: PlainLoop) -> None:
+        self.plain_loop = plain
+        self.plain = EpochTimes()
+        self.lightning = EpochTimes()
         self._started: tuple[float, float] | None = None
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_done()
+        with torch.enable_grad():
+            self.plain_loop.epoch(self.plain)
         self._started = now()
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -81,46 +137,34 @@ class EpochTimer(L.Callback):
         self._epoch_done()
 
     def _training_done(self) -> None:
-        if self._started is not None and len(self.train) == len(self.epoch):
-            self.train.append(since(self._started))
+        if self._started is not None and len(self.lightning.train) == len(self.lightning.epoch):
+            self.lightning.train.append(since(self._started))
 
     def _epoch_done(self) -> None:
         if self._started is not None:
-            self.epoch.append(since(self._started))
+            self.lightning.epoch.append(since(self._started))
             self._started = None
 
 
-def plain_loop(
-    network: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    train: tuple[torch.Tensor, torch.Tensor],
-    val: tuple[torch.Tensor, torch.Tensor],
-    batch_size: int,
-    epochs: int,
-    timer: EpochTimer,
-) -> None:
-    """The floor: what any training script must do, with no framework around it."""
-    loss_fn = nn.CrossEntropyLoss()
-    (images, labels), (val_images, val_labels) = train, val
-    for _ in range(epochs):
-        started = now()
-        network.train()
-        order = torch.randperm(len(images))
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            optimizer.zero_grad()
-            loss_fn(network(images[batch]), labels[batch]).backward()
-            optimizer.step()
-        timer.train.append(since(started))
-        network.eval()
-        with torch.no_grad():
-            correct, loss = 0, 0.0
-            for start in range(0, len(val_images), batch_size):
-                logits = network(val_images[start : start + batch_size])
-                targets = val_labels[start : start + batch_size]
-                loss += float(loss_fn(logits, targets)) * len(targets)
-                correct += int((logits.argmax(-1) == targets).sum())
-        timer.epoch.append(since(started))
+class FloorModule(L.LightningModule):
+    """The least a LightningModule can be for this task: loss, one optimizer, a validation pass."""
+
+    def __init__(self, network: nn.Module, make_optimizer: Callable[..., torch.optim.Optimizer]) -> None:
+        super().__init__()
+        self.network, self.make_optimizer = network, make_optimizer
+        self.loss_fn = nn.CrossEntropyLoss()
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        images, labels = batch
+        return self.loss_fn(self.network(images), labels)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> tuple[float, int]:
+        images, labels = batch
+        logits = self.network(images)
+        return float(self.loss_fn(logits, labels)), int((logits.argmax(-1) == labels).sum())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.make_optimizer(self.parameters())
 
 
 def synthetic_datamodule(base: type, samples: int) -> L.LightningDataModule:
@@ -170,68 +214,76 @@ def run_cli(project: Path, flags: list[str], fit: Callable[[Any], None]) -> None
         sys.argv = argv
 
 
-def time_run(project: Path, workload: Workload, run: str) -> tuple[EpochTimer, int]:
-    """One run of `workload`: its epoch timings and steps per epoch."""
+def time_run(project: Path, workload: Workload, run: str) -> tuple[PairedEpochTimer, int]:
+    """One Lightning run of `workload`, with a plain epoch before each of its epochs; and steps per epoch."""
     base = import_module(project, "data").DigitsDataModule
     datamodule = base() if workload.samples is None else synthetic_datamodule(base, workload.samples)
-    timer = EpochTimer()
+    timer: PairedEpochTimer | None = None
     steps = 0
 
-    def train_plain(cli: Any) -> None:
-        nonlocal steps
+    def train(cli: Any) -> None:
+        nonlocal timer, steps
         datamodule.setup("fit")
-        network = cli.model.network  # the project's ConvNet, freshly built as configured
+        network = copy.deepcopy(cli.model.network)  # the project's ConvNet, as configured
         optimizer = cli.model.optimizer_factory(network.parameters())  # and its optimizer
-        train, val = datamodule.train_set.tensors, datamodule.val_set.tensors
-        plain_loop(network, optimizer, train, val, datamodule.batch_size, workload.epochs, timer)
-        steps = -(-len(train[0]) // datamodule.batch_size)
-
-    def train_lightning(cli: Any) -> None:
-        nonlocal steps
-        cli.trainer.callbacks.append(timer)
-        cli.trainer.fit(cli.model, datamodule)
-        steps = cli.trainer.num_training_batches
+        train_set, val_set = datamodule.train_set.tensors, datamodule.val_set.tensors
+        timer = PairedEpochTimer(PlainLoop(network, optimizer, train_set, val_set, datamodule.batch_size))
+        if run == "lightning_floor":
+            trainer = L.Trainer(
+                max_epochs=workload.epochs,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                callbacks=[timer],
+            )
+            trainer.fit(FloorModule(cli.model.network, cli.model.optimizer_factory), datamodule)
+        else:
+            trainer = cli.trainer
+            trainer.callbacks.append(timer)
+            trainer.fit(cli.model, datamodule)
+        steps = trainer.num_training_batches
 
     flags = [f"--trainer.max_epochs={workload.epochs}", *(BARE_FLAGS if run == "fit_bare" else [])]
-    run_cli(project, flags, train_plain if run == "plain" else train_lightning)
+    run_cli(project, flags, train)
+    assert timer is not None
     return timer, steps
 
 
 def measure_workload(project: Path, workload: Workload, rounds: int, log: Callable[[str], None]) -> dict:
-    """Median wall and CPU milliseconds per epoch of each run, and their ratios to the plain loop."""
-    timings: dict[str, dict[str, list[tuple[float, float]]]] = {
-        run: {"train": [], "epoch": []} for run in RUNS
-    }
+    """Median wall and CPU milliseconds per epoch of each run, and their ratios to the paired plain epochs."""
+    times = {run: EpochTimes() for run in RUNS}
+    ratios: dict[str, dict[str, list[float]]] = {run: {} for run in LIGHTNING_RUNS}
     steps = {}
     for round_index in range(rounds):
-        shift = round_index % len(RUNS)  # no run always goes first
-        for run in RUNS[shift:] + RUNS[:shift]:
-            log(f"throughput: {workload.name} round {round_index + 1}/{rounds}: {run}")
+        shift = round_index % len(LIGHTNING_RUNS)  # no run always goes first
+        for run in LIGHTNING_RUNS[shift:] + LIGHTNING_RUNS[:shift]:
+            log(f"throughput: {workload.name} round {round_index + 1}/{rounds}: {run} (and plain)")
             timer, steps[run] = time_run(project, workload, run)
-            timings[run]["train"] += timer.train[1:]  # the first epoch is warm-up
-            timings[run]["epoch"] += timer.epoch[1:]
+            for part in ("train", "epoch"):
+                plain, lightning = getattr(timer.plain, part)[1:], getattr(timer.lightning, part)[1:]
+                getattr(times["plain"], part).extend(plain)  # the first epoch is warm-up
+                getattr(times[run], part).extend(lightning)
+                for suffix, clock in (("", 0), ("_cpu", 1)):
+                    pairs = [mine[clock] / floor[clock] for mine, floor in zip(lightning, plain, strict=True)]
+                    ratios[run].setdefault(f"{part}{suffix}_ratio", []).extend(pairs)
     if len(set(steps.values())) != 1:
         raise RuntimeError(f"the runs took different numbers of steps per epoch: {steps}")
 
-    def median_ms(run: str, part: str, clock: int) -> float:
-        return 1000 * statistics.median(times[clock] for times in timings[run][part])
-
     result: dict[str, Any] = {
-        "steps_per_epoch": steps["plain"],
-        "epochs_timed": len(timings["plain"]["train"]),
+        "steps_per_epoch": steps[LIGHTNING_RUNS[0]],
+        "epochs_timed": len(times[LIGHTNING_RUNS[0]].train),
     }
     for run in RUNS:
         figures = {
-            f"{part}{suffix}_ms": median_ms(run, part, clock)
+            f"{part}{suffix}_ms": 1000 * statistics.median(t[clock] for t in getattr(times[run], part))
             for part in ("train", "epoch")
             for suffix, clock in (("", 0), ("_cpu", 1))
         }
         if run != "plain":
-            plain = result["plain"]
-            figures.update(
-                {key.replace("_ms", "_ratio"): value / plain[key] for key, value in figures.items()}
-            )
-            figures["epoch_overhead_ms"] = figures["epoch_ms"] - plain["epoch_ms"]
+            figures.update({key: statistics.median(values) for key, values in ratios[run].items()})
+            # What a run adds to an epoch: its median ratio applied to the median plain epoch.
+            figures["epoch_overhead_ms"] = (figures["epoch_ratio"] - 1) * result["plain"]["epoch_ms"]
         result[run] = figures
     return result
 
