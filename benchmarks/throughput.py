@@ -5,12 +5,12 @@ Three Lightning runs per round, in rotating order:
   and optimizer; no logging, checkpoints, bar or summary): what Lightning's loop itself costs;
 - `fit_default`: `python main.py fit` as configured (logging, checkpoints, progress bar);
 - `fit_bare`: the same with logging, checkpoints, progress bar and config callbacks off.
-Just before each of their epochs, in the same process, one epoch of `plain`, a hand-written loop
-(shuffle, index whole batches, step; then a validation pass), runs on its own copy of the
-network: each ratio is the median, over the epochs after the first (warm-up), of an epoch divided
-by the plain epoch run just before it, so a machine that slows down for a while slows both alike.
-Wall time is what users feel; CPU time (this process, all threads) also counts a progress bar's
-drawing thread.
+Inside each, `plain`, a hand-written loop (shuffle, index whole batches, step; then a validation
+pass) on its own copy of the network, runs in lockstep: one plain step before every Lightning
+step, one plain validation pass before Lightning's (`InterleavedTimer`). A shared machine's speed
+drifts by 10-20% within seconds; paired this closely, both sides see the same machine. Each ratio
+is the median over the epochs after the first (warm-up) of Lightning's time over plain's. Wall
+time is what users feel; CPU time (this process, all threads) also counts drawing threads.
 """
 
 import contextlib
@@ -64,6 +64,10 @@ def since(start: tuple[float, float]) -> tuple[float, float]:
     return wall - start[0], cpu - start[1]
 
 
+def add(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    return a[0] + b[0], a[1] + b[1]
+
+
 @dataclass
 class EpochTimes:
     """(wall, CPU) seconds per epoch: the training part, and the whole epoch with validation."""
@@ -73,7 +77,8 @@ class EpochTimes:
 
 
 class PlainLoop:
-    """The floor: what any training script must do, with no framework around it."""
+    """The floor: what any training script must do, with no framework around it; driven one step
+    (or one validation pass) at a time so that it can run interleaved with Lightning's loop."""
 
     def __init__(
         self,
@@ -86,46 +91,60 @@ class PlainLoop:
         self.network, self.optimizer, self.batch_size = network, optimizer, batch_size
         self.train, self.val = train, val
         self.loss_fn = nn.CrossEntropyLoss()
+        self.order = torch.randperm(len(train[0]))
+        self.position = 0
 
-    def epoch(self, times: EpochTimes) -> None:
-        """One epoch of training, then a validation pass (loss and accuracy)."""
-        (images, labels), (val_images, val_labels) = self.train, self.val
-        started = now()
+    def step(self) -> None:
+        """One training step on the next batch of a shuffled epoch (reshuffled when used up)."""
+        if self.position >= len(self.order):
+            self.order, self.position = torch.randperm(len(self.order)), 0
+        batch = self.order[self.position : self.position + self.batch_size]
+        self.position += self.batch_size
+        images, labels = self.train
         self.network.train()
-        order = torch.randperm(len(images))
-        for start in range(0, len(order), self.batch_size):
-            batch = order[start : start + self.batch_size]
-            self.optimizer.zero_grad()
-            self.loss_fn(self.network(images[batch]), labels[batch]).backward()
-            self.optimizer.step()
-        times.train.append(since(started))
+        self.optimizer.zero_grad()
+        self.loss_fn(self.network(images[batch]), labels[batch]).backward()
+        self.optimizer.step()
+
+    def validate(self) -> None:
+        """A validation pass: loss and accuracy over the validation set."""
+        images, labels = self.val
         self.network.eval()
         with torch.no_grad():
             correct, loss = 0, 0.0
-            for start in range(0, len(val_images), self.batch_size):
-                logits = self.network(val_images[start : start + self.batch_size])
-                targets = val_labels[start : start + self.batch_size]
+            for start in range(0, len(images), self.batch_size):
+                logits = self.network(images[start : start + self.batch_size])
+                targets = labels[start : start + self.batch_size]
                 loss += float(self.loss_fn(logits, targets)) * len(targets)
                 correct += int((logits.argmax(-1) == targets).sum())
-        times.epoch.append(since(started))
 
 
-class PairedEpochTimer(L.Callback):
-    """Times each Lightning epoch between Lightning's own hooks (the training part: batches and
-    per-step logging; the whole epoch: plus validation, checkpoints, epoch-end logging), and runs
-    one plain epoch just before each."""
+class InterleavedTimer(L.Callback):
+    """Runs the plain loop in lockstep with Lightning's and times both sides of every step.
+
+    Before each Lightning step one plain step runs, and before Lightning's validation one plain
+    validation pass, so each pair of figures is taken within milliseconds of each other: a machine
+    that slows down for a while slows both alike. Lightning's time is everything between these
+    hooks (its loop, the step, the other callbacks, logging), minus the plain work. Per epoch:
+    the training part, and the whole epoch (plus validation, checkpoints, epoch-end logging).
+    """
 
     def __init__(self, plain: PlainLoop) -> None:
         self.plain_loop = plain
         self.plain = EpochTimes()
         self.lightning = EpochTimes()
-        self._started: tuple[float, float] | None = None
+        self._clock: tuple[float, float] | None = None  # when Lightning's time last started running
+        self._training = False
+        self._sums: dict[str, tuple[float, float]] = {}
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_done()
-        with torch.enable_grad():
-            self.plain_loop.epoch(self.plain)
-        self._started = now()
+        self._sums = dict.fromkeys(("lightning", "plain"), (0.0, 0.0))
+        self._training = True
+        self._clock = now()
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        self._run_plain(self.plain_loop.step)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._training_done()
@@ -136,14 +155,34 @@ class PairedEpochTimer(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_done()
 
+    def _run_plain(self, work: Callable[[], None]) -> None:
+        """Stop Lightning's clock, time `work` on the plain side, restart Lightning's clock."""
+        if self._clock is None:
+            return
+        self._sums["lightning"] = add(self._sums["lightning"], since(self._clock))
+        started = now()
+        with torch.enable_grad():
+            work()
+        self._sums["plain"] = add(self._sums["plain"], since(started))
+        self._clock = now()
+
     def _training_done(self) -> None:
-        if self._started is not None and len(self.lightning.train) == len(self.lightning.epoch):
-            self.lightning.train.append(since(self._started))
+        if not self._training:  # e.g. the sanity check's validation, before training starts
+            return
+        self._training = False
+        self._run_plain(lambda: None)  # brings Lightning's sum up to now
+        self.lightning.train.append(self._sums["lightning"])
+        self.plain.train.append(self._sums["plain"])
+        self._run_plain(self.plain_loop.validate)
 
     def _epoch_done(self) -> None:
-        if self._started is not None:
-            self.lightning.epoch.append(since(self._started))
-            self._started = None
+        if self._clock is None:
+            return
+        self._training_done()
+        self._run_plain(lambda: None)
+        self.lightning.epoch.append(self._sums["lightning"])
+        self.plain.epoch.append(self._sums["plain"])
+        self._clock = None
 
 
 class FloorModule(L.LightningModule):
@@ -214,11 +253,11 @@ def run_cli(project: Path, flags: list[str], fit: Callable[[Any], None]) -> None
         sys.argv = argv
 
 
-def time_run(project: Path, workload: Workload, run: str) -> tuple[PairedEpochTimer, int]:
+def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTimer, int]:
     """One Lightning run of `workload`, with a plain epoch before each of its epochs; and steps per epoch."""
     base = import_module(project, "data").DigitsDataModule
     datamodule = base() if workload.samples is None else synthetic_datamodule(base, workload.samples)
-    timer: PairedEpochTimer | None = None
+    timer: InterleavedTimer | None = None
     steps = 0
 
     def train(cli: Any) -> None:
@@ -227,7 +266,7 @@ def time_run(project: Path, workload: Workload, run: str) -> tuple[PairedEpochTi
         network = copy.deepcopy(cli.model.network)  # the project's ConvNet, as configured
         optimizer = cli.model.optimizer_factory(network.parameters())  # and its optimizer
         train_set, val_set = datamodule.train_set.tensors, datamodule.val_set.tensors
-        timer = PairedEpochTimer(PlainLoop(network, optimizer, train_set, val_set, datamodule.batch_size))
+        timer = InterleavedTimer(PlainLoop(network, optimizer, train_set, val_set, datamodule.batch_size))
         if run == "lightning_floor":
             trainer = L.Trainer(
                 max_epochs=workload.epochs,
@@ -251,7 +290,7 @@ def time_run(project: Path, workload: Workload, run: str) -> tuple[PairedEpochTi
 
 
 def measure_workload(project: Path, workload: Workload, rounds: int, log: Callable[[str], None]) -> dict:
-    """Median wall and CPU milliseconds per epoch of each run, and their ratios to the paired plain epochs."""
+    """Median wall and CPU ms per epoch of each run, and its ratios to the plain loop run in lockstep."""
     times = {run: EpochTimes() for run in RUNS}
     ratios: dict[str, dict[str, list[float]]] = {run: {} for run in LIGHTNING_RUNS}
     steps = {}
@@ -282,10 +321,6 @@ def measure_workload(project: Path, workload: Workload, rounds: int, log: Callab
         }
         if run != "plain":
             figures.update({key: statistics.median(values) for key, values in ratios[run].items()})
-            # Noise on a shared machine only ever adds time: the fastest epochs are the least disturbed.
-            for part in ("train", "epoch"):
-                best = [min(t[0] for t in getattr(times[name], part)) for name in (run, "plain")]
-                figures[f"{part}_best_ratio"] = best[0] / best[1]
             # What a run adds to an epoch: its median ratio applied to the median plain epoch.
             figures["epoch_overhead_ms"] = (figures["epoch_ratio"] - 1) * result["plain"]["epoch_ms"]
         result[run] = figures
@@ -296,23 +331,21 @@ def measure(project: Path, rounds: int = 3, log: Callable[[str], None] = print) 
     return {workload.name: measure_workload(project, workload, rounds, log) for workload in WORKLOADS}
 
 
-HEADER = ["workload", "run", "ms/epoch: train / whole", "x plain: median", "x plain: best", "+ms/epoch"]
+HEADER = ["workload", "run", "ms/epoch: train / whole", "x plain: wall", "x plain: CPU", "+ms/epoch"]
 
 
 def rows(result: dict) -> list[list[str]]:
-    """Per workload and run: median ms per epoch (training part / whole epoch); wall-time ratios to
-    plain, as the median of paired ratios and as fastest epoch to fastest epoch; and the whole
-    epoch's extra ms over plain (on the tiny example: the fixed per-epoch cost). CPU-time ratios
-    are in the JSON."""
+    """Per workload and run: median ms per epoch (training part / whole epoch), ratios to plain, and the
+    whole epoch's extra ms over plain (on the tiny example: the fixed per-epoch cost)."""
     table = []
     for workload, figures in result.items():
         for run in RUNS:
             run_figures = figures[run]
-            median = best = extra = ""
+            wall = cpu = extra = ""
             if run != "plain":
-                median = "x{train_ratio:.2f} / x{epoch_ratio:.2f}".format(**run_figures)
-                best = "x{train_best_ratio:.2f} / x{epoch_best_ratio:.2f}".format(**run_figures)
+                wall = "x{train_ratio:.2f} / x{epoch_ratio:.2f}".format(**run_figures)
+                cpu = "x{train_cpu_ratio:.2f} / x{epoch_cpu_ratio:.2f}".format(**run_figures)
                 extra = "{epoch_overhead_ms:+.0f}".format(**run_figures)
             times = "{train_ms:.0f} / {epoch_ms:.0f}".format(**run_figures)
-            table.append([f"{workload}: {figures['steps_per_epoch']} steps", run, times, median, best, extra])
+            table.append([f"{workload}: {figures['steps_per_epoch']} steps", run, times, wall, cpu, extra])
     return table
