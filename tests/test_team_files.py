@@ -107,3 +107,4 @@ def test_a_fresh_project_passes_the_hygiene_hooks_and_ruff(tmp_path, variant):
         command = [sys.executable, "-m", "ruff", *check, "--no-cache"]
         result = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, f"ruff {' '.join(check)}:\n{result.stdout}{result.stderr}"
+        assert "No Python files found" not in result.stderr, f"ruff checked nothing in {project}"
