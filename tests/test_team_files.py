@@ -104,7 +104,8 @@ def test_a_fresh_project_passes_the_hygiene_hooks_and_ruff(tmp_path, variant):
     assert not problems, "\n".join(problems)
 
     for check in (["check", "."], ["format", "--check", "."]):
-        command = [sys.executable, "-m", "ruff", *check, "--no-cache"]
+        # --no-respect-gitignore: the temp folder may sit in an ignored path (nox's .nox/ does).
+        command = [sys.executable, "-m", "ruff", *check, "--no-cache", "--no-respect-gitignore"]
         result = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, f"ruff {' '.join(check)}:\n{result.stdout}{result.stderr}"
         assert "No Python files found" not in result.stderr, f"ruff checked nothing in {project}"
