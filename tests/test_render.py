@@ -17,6 +17,9 @@ DEFAULT_PACKAGE = "digits_classifier"
 # own expressions as `${{ ... }}`; those are legitimate in workflow files only.
 JINJA_MARKER = re.compile(r"\{\{|\{%|cookiecutter\.\w+\s*\}")
 GITHUB_EXPRESSION = re.compile(r"\$\{\{.*?\}\}")
+# Placing tensors by hand (`.cuda()`, `device="cuda"`, `torch.device("cuda")`) breaks CPU and
+# multi-GPU runs: in a generated project Lightning places the model and batches.
+HARD_CODED_DEVICE = re.compile(r"""\.cuda\(|device\s*=\s*["']cuda|torch\.device\(\s*["']cuda""")
 
 # A phrase from the body of each licence, so the test knows which text was kept.
 LICENSE_PHRASES = {
@@ -51,6 +54,16 @@ def leftover_jinja(project: Path) -> list[str]:
     return leftovers
 
 
+def hard_coded_devices(project: Path) -> list[str]:
+    """`file:line: text` for each line that places tensors on a CUDA device by hand."""
+    return [
+        f"{path.relative_to(project)}:{number}: {line.strip()}"
+        for path, text in text_files(project)
+        for number, line in enumerate(text.splitlines(), start=1)
+        if HARD_CODED_DEVICE.search(line)
+    ]
+
+
 def assert_complete_project(project: Path, slug: str, package: str, python_version: str = "3.11") -> None:
     """What every rendering must get right, whatever the answers."""
     assert project.name == slug
@@ -71,6 +84,7 @@ def assert_complete_project(project: Path, slug: str, package: str, python_versi
     for path, text in text_files(project):
         if path.suffix == ".py":
             compile(text, str(path), "exec")  # a rendered value must never break Python syntax
+    assert hard_coded_devices(project) == [], "let Lightning place tensors: self.device, type_as, .to(...)"
 
 
 def test_leftover_jinja_check_flags_template_syntax_but_not_github_expressions(tmp_path):
@@ -87,6 +101,21 @@ def test_leftover_jinja_check_flags_template_syntax_but_not_github_expressions(t
         "bad.md:2: {% if x %}",
         "bad.md:3: # { cookiecutter.author }}",
         "bad.yml:1: ref: ${{ github.ref }}",
+    ]
+
+
+def test_hard_coded_device_check_flags_manual_placement_but_not_device_queries(tmp_path):
+    (tmp_path / "bad.py").write_text(
+        'x = x.cuda()\ny = torch.zeros(3, device="cuda")\nz = torch.device( "cuda", 0)\n'
+    )
+    (tmp_path / "ok.py").write_text(
+        "x = x.to(self.device)\nif torch.cuda.is_available():\n    n = torch.cuda.device_count()\n"
+    )
+
+    assert hard_coded_devices(tmp_path) == [
+        "bad.py:1: x = x.cuda()",
+        'bad.py:2: y = torch.zeros(3, device="cuda")',
+        'bad.py:3: z = torch.device( "cuda", 0)',
     ]
 
 

@@ -82,7 +82,7 @@ class ProjectCLI(LightningCLI):
         for key in self._unused_callback_keys(trainer_config):
             self._parser(self.subcommand).callback_keys.remove(key)
         trainer = super().instantiate_trainer(**kwargs)
-        hardware.use_tensor_cores(trainer.strategy.root_device)
+        hardware.use_tensor_cores(trainer.accelerator)
         return trainer
 
     def _always_on_callbacks(self) -> list[Callback]:

@@ -11,9 +11,12 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from lightning.pytorch.accelerators import Accelerator
 
 GPU_ACCELERATORS = ("gpu", "cuda")
 
@@ -190,7 +193,7 @@ def _check_device_request(devices: Any, found: int) -> None:
             )
 
 
-def use_tensor_cores(device: torch.device) -> None:
+def use_tensor_cores(accelerator: "Accelerator") -> None:
     """Let float32 matrix products use TF32 tensor cores when training on a GPU.
 
     TF32 keeps float32's range with a 10-bit mantissa: several times faster matmuls on GPUs of
@@ -199,5 +202,7 @@ def use_tensor_cores(device: torch.device) -> None:
     not asked for its capability here, which would initialise CUDA before DDP starts its
     processes. A precision the user already chose (anything but the default "highest") stays.
     """
-    if device.type == "cuda" and torch.get_float32_matmul_precision() == "highest":
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    if isinstance(accelerator, CUDAAccelerator) and torch.get_float32_matmul_precision() == "highest":
         torch.set_float32_matmul_precision("high")
