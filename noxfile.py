@@ -8,7 +8,6 @@ TORCH_INDEX_URL) is explained at the top of `{{cookiecutter.project_slug}}/noxfi
 
 import importlib.util
 import os
-import tempfile
 from pathlib import Path
 
 import nox
@@ -19,9 +18,9 @@ TEMPLATE_TOOLS = ["cookiecutter>=2.6", "pyyaml", "cruft>=2.15"]
 nox.options.sessions = ["lint", "tests", "cpu", "ddp_cpu", "gpu", "ddp"]
 
 
-def render(session: nox.Session, into: Path | None = None, **context: str) -> Path:
-    """Render the template with defaults (plus `context`) into `into` or a fresh folder in the session tmp."""
-    output = into or Path(session.create_tmp()) / "rendered"
+def render(session: nox.Session, **context: str) -> Path:
+    """Render the template with defaults (plus `context`) into a fresh temp folder."""
+    output = Path(session.create_tmp()) / "rendered"
     session.run(
         "python", "-c", f"import shutil; shutil.rmtree({str(output)!r}, ignore_errors=True)", silent=True
     )
@@ -56,15 +55,15 @@ def lint(session: nox.Session) -> None:
     session.install("ruff", *TEMPLATE_TOOLS)
     session.run("ruff", "check", "hooks", "tests", "noxfile.py", "benchmarks")
     session.run("ruff", "format", "--check", "hooks", "tests", "noxfile.py", "benchmarks")
-    # Outside this repository: ruff skips whatever its .gitignore lists, .nox/ included.
-    with tempfile.TemporaryDirectory(prefix="lint-") as folder:
-        project = render(session, into=Path(folder))
-        with session.chdir(project):
-            seen = session.run("ruff", "check", "--show-files", ".", silent=True)
-            if "main.py" not in (seen or ""):
-                session.error(f"ruff found none of the rendered project's files in {project}")
-            session.run("ruff", "check", ".")
-            session.run("ruff", "format", "--check", ".")
+    project = render(session)
+    # The project sits under .nox/, which this repository's .gitignore lists: without
+    # --no-respect-gitignore ruff would skip every file and pass.
+    with session.chdir(project):
+        seen = session.run("ruff", "check", "--no-respect-gitignore", "--show-files", ".", silent=True)
+        if "main.py" not in (seen or ""):
+            session.error(f"ruff found none of the rendered project's files in {project}")
+        session.run("ruff", "check", "--no-respect-gitignore", ".")
+        session.run("ruff", "format", "--check", "--no-respect-gitignore", ".")
 
 
 @nox.session

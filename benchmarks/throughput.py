@@ -254,7 +254,7 @@ def run_cli(project: Path, flags: list[str], fit: Callable[[Any], None]) -> None
 
 
 def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTimer, int]:
-    """One Lightning run of `workload`, with a plain epoch before each of its epochs; and steps per epoch."""
+    """One Lightning run of `workload` with the plain loop in lockstep; and its steps per epoch."""
     base = import_module(project, "data").DigitsDataModule
     datamodule = base() if workload.samples is None else synthetic_datamodule(base, workload.samples)
     timer: InterleavedTimer | None = None
