@@ -77,7 +77,7 @@ class BuildOnlyCLI(ProjectCLI):
 
 
 FIT_ONLY = {
-    "RandomStateCheckpoint",
+    "ExactResume",
     "GracefulInterrupt",
     "StopOnNonFiniteLoss",
     "BestCheckpoint",

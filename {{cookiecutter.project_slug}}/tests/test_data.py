@@ -1,8 +1,9 @@
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
-from {{ cookiecutter.package_name }}.batching import TensorBatchSampler
 from {{ cookiecutter.package_name }}.data import DigitsDataModule
 from {{ cookiecutter.package_name }}.sources import DataSourceError
 
@@ -54,15 +55,67 @@ def test_loader_yields_whole_batches_scaled_to_unit_range(datamodule):
     assert len(datamodule.train_dataloader()) == -(-len(datamodule.train_set) // 50)
 
 
+def as_rank(datamodule: DigitsDataModule, rank: int, world_size: int) -> DigitsDataModule:
+    """The DataModule as Lightning hands it to rank `rank` of a DDP run on CPUs."""
+    device = SimpleNamespace(type="cpu")
+    datamodule.trainer = SimpleNamespace(
+        world_size=world_size, global_rank=rank, current_epoch=0, strategy=SimpleNamespace(root_device=device)
+    )
+    return datamodule
+
+
+def epoch_labels(loader) -> list[int]:
+    return [label for _, labels in loader for label in labels.tolist()]
+
+
 def test_two_ranks_split_each_epoch_between_them_and_reshuffle_per_epoch():
-    dataset = torch.utils.data.TensorDataset(torch.arange(100))
-    ranks = [TensorBatchSampler(dataset, 8, shuffle=True, num_replicas=2, rank=r, seed=1) for r in (0, 1)]
-    epoch0 = [[i for batch in sampler for i in batch] for sampler in ranks]
-    assert not set(epoch0[0]) & set(epoch0[1])
-    assert set(epoch0[0]) | set(epoch0[1]) == set(range(100))
-    for sampler in ranks:
-        sampler.set_epoch(1)
-    assert [i for batch in ranks[0] for i in batch] != epoch0[0]
+    ranks = [as_rank(DigitsDataModule(batch_size=50), rank, 2) for rank in (0, 1)]
+    for datamodule in ranks:
+        datamodule.setup("fit")
+    loaders = [datamodule.train_dataloader() for datamodule in ranks]
+    indices = [list(loader.sampler) for loader in loaders]
+    # 1,259 training samples: DistributedSampler repeats one so that both ranks take 630 steps.
+    assert len(indices[0]) == len(indices[1]) == 630
+    assert len(set(indices[0]) & set(indices[1])) == 1
+    assert set(indices[0]) | set(indices[1]) == set(range(len(ranks[0].train_set)))
+    for loader in loaders:
+        loader.sampler.set_epoch(1)
+    assert list(loaders[0].sampler) != indices[0]
+
+
+def test_the_train_loader_resumes_mid_epoch_from_its_state(datamodule):
+    """What Lightning stores in a checkpoint is enough to continue with the very next batch."""
+    uninterrupted = epoch_labels(datamodule.train_dataloader())
+    interrupted = datamodule.train_dataloader()
+    batches = iter(interrupted)
+    seen = [label for _ in range(3) for label in next(batches)[1].tolist()]
+    resumed = datamodule.train_dataloader()
+    resumed.load_state_dict(interrupted.state_dict())
+    assert seen + epoch_labels(resumed) == uninterrupted
+
+
+class OneByOneFiles(torch.utils.data.Dataset):
+    """A map-style Dataset as users write them: one sample per file, read in `__getitem__(int)`."""
+
+    def __init__(self, folder):
+        self.files = sorted(folder.glob("*.npz"))
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int):
+        with np.load(self.files[index]) as sample:
+            return torch.from_numpy(sample["image"]), int(sample["label"])
+
+
+def test_any_map_style_dataset_loads_through_the_datamodule_loaders(tmp_path):
+    for index in range(10):
+        np.savez(tmp_path / f"{index}.npz", image=np.full((1, 8, 8), index, np.float32), label=index % 3)
+    datamodule = DigitsDataModule(batch_size=4, num_workers=2)
+    datamodule.train_set = OneByOneFiles(tmp_path)
+    images, labels = next(iter(datamodule.train_dataloader()))
+    assert images.shape == (4, 1, 8, 8) and labels.dtype == torch.int64
+    assert sorted(epoch_labels(datamodule.train_dataloader())) == sorted(i % 3 for i in range(10))
 
 
 @pytest.mark.parametrize(

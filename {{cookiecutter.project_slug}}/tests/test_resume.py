@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import tensorboard_scalars
 from {{ cookiecutter.package_name }}.data import stratified_split
 from {{ cookiecutter.package_name }}.sources import load_digits_tensors
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-MAX_STEPS = 90  # 20 batches per epoch: the interruption lands mid-epoch
+MAX_STEPS = 90  # 20 batches per epoch: epochs end at steps 20, 40, 60, 80
+EVERY = 5  # last.ckpt every 5 steps, besides the end of every epoch
 
 
 def fit_command(save_dir: Path, *flags: str) -> list[str]:
@@ -27,7 +29,7 @@ def fit_command(save_dir: Path, *flags: str) -> list[str]:
         "--trainer.max_epochs=-1",
         f"--trainer.logger.init_args.save_dir={save_dir}",
         "--trainer.enable_progress_bar=false",
-        "--last_checkpoint.every_n_train_steps=5",
+        f"--last_checkpoint.every_n_train_steps={EVERY}",
         *flags,
     ]
 
@@ -35,11 +37,10 @@ def fit_command(save_dir: Path, *flags: str) -> list[str]:
 def run_fit(
     save_dir: Path, *flags: str, interrupt: signal.Signals | None = None
 ) -> subprocess.CompletedProcess:
-    """Run `main.py fit`; with `interrupt`, send that signal once a periodic last.ckpt exists."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-    }
+    """Run `main.py fit`; with `interrupt`, send that signal from outside once a last.ckpt exists."""
+    # tests/ on the path: `--trainer.callbacks+=faults.SignalAt` names a class of this folder.
+    path = [str(PROJECT_ROOT / "src"), str(PROJECT_ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     process = subprocess.Popen(
         fit_command(save_dir, *flags),
         cwd=save_dir,
@@ -70,35 +71,84 @@ def assert_same_weights(first: dict, second: dict) -> None:
         assert torch.equal(tensor, second["state_dict"][name]), f"{name} differs"
 
 
+def assert_resumes_exactly(save_dir: Path, uninterrupted: dict) -> None:
+    """Resume with --ckpt_path=last: same steps, same weights, same optimizer state, one run folder."""
+    resumed = run_fit(save_dir, "--ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout
+    final = last_checkpoint(save_dir)
+    assert final["global_step"] == MAX_STEPS
+    # One run folder: the resumed run logged into the interrupted run's version_0.
+    assert len(list(save_dir.glob("*/version_*"))) == 1
+    # On the CPU with a fixed seed, resuming changes nothing: same weights, same optimizer state.
+    assert_same_weights(final, uninterrupted["checkpoint"])
+    adam_steps = [state["step"] for state in final["optimizer_states"][0]["state"].values()]
+    assert all(step == MAX_STEPS for step in adam_steps)
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
     save_dir = tmp_path_factory.mktemp("uninterrupted")
     result = run_fit(save_dir)
     assert result.returncode == 0, result.stdout
-    return last_checkpoint(save_dir)
+    (run_dir,) = save_dir.glob("*/version_0")
+    return {"checkpoint": last_checkpoint(save_dir), "scalars": tensorboard_scalars(run_dir)}
+
+
+# (signal, step, phase, the step last.ckpt then holds): each lands at the same point every run.
+FAULTS = {
+    "SIGTERM-mid-step": (signal.SIGTERM, 12, "train_batch_end", 12),
+    "SIGINT-mid-step": (signal.SIGINT, 13, "train_batch_end", 13),
+    # Right after the periodic save of step 10: Lightning keeps that file (ready = completed + 1).
+    "SIGTERM-after-periodic-save": (signal.SIGTERM, 10, "train_batch_end", 10),
+    # During epoch 0's closing validation: it finishes, then the end-of-epoch save.
+    "SIGTERM-in-epoch-end-validation": (signal.SIGTERM, 20, "validation", 20),
+    # No chance to save: the newest file on disk is all there is.
+    "SIGKILL-after-periodic-save": (signal.SIGKILL, 12, "train_batch_end", 10),
+    "SIGKILL-after-epoch-end-save": (signal.SIGKILL, 22, "train_batch_end", 20),
+    "SIGKILL-in-epoch-end-validation": (signal.SIGKILL, 40, "validation", 35),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", FAULTS.values(), ids=FAULTS.keys())
+def test_a_run_stopped_at_any_phase_resumes_to_the_same_weights(tmp_path, uninterrupted, fault):
+    signum, step, phase, saved_step = fault
+    fault_flags = [
+        "--trainer.callbacks+=faults.SignalAt",
+        f"--trainer.callbacks.step={step}",
+        f"--trainer.callbacks.phase={phase}",
+        f"--trainer.callbacks.signum={int(signum)}",
+    ]
+    stopped = run_fit(tmp_path, *fault_flags)
+    if signum == signal.SIGKILL:
+        assert stopped.returncode == -signal.SIGKILL, stopped.stdout
+    else:
+        assert stopped.returncode == 0 and "Received SIGTERM" in stopped.stdout, stopped.stdout
+    interrupted = last_checkpoint(tmp_path)
+    assert interrupted["global_step"] == saved_step
+    if phase == "validation" and signum != signal.SIGKILL:
+        # The validation under way finished before the save: the epoch is complete, and its
+        # metrics reached TensorBoard.
+        assert "finishing this validation first" in stopped.stdout
+        assert interrupted["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"] == 1
+        (run_dir,) = tmp_path.glob("*/version_0")
+        assert tensorboard_scalars(run_dir)["val/acc"] == uninterrupted["scalars"]["val/acc"][:1]
+
+    assert_resumes_exactly(tmp_path, uninterrupted)
+    if signum != signal.SIGKILL:  # a killed process loses its unflushed TensorBoard events
+        # Every epoch's validation ran once, with the same results: none lost, none repeated.
+        (run_dir,) = tmp_path.glob("*/version_0")
+        assert tensorboard_scalars(run_dir)["val/acc"] == uninterrupted["scalars"]["val/acc"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("interrupt", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_interrupted_run_resumes_to_the_same_weights(tmp_path, uninterrupted, interrupt):
+def test_a_signal_from_outside_at_any_moment_resumes_to_the_same_weights(tmp_path, uninterrupted, interrupt):
     stopped = run_fit(tmp_path, interrupt=interrupt)
     assert stopped.returncode == 0 and "Received SIGTERM" in stopped.stdout, stopped.stdout
     assert "`Trainer.fit` stopped" not in stopped.stdout, "the run finished before the signal landed"
-    # last.ckpt holds the state at the step where training stopped: saved on the way out, or
-    # (when the signal lands right after a periodic save of that very step) already on disk.
-    interrupted_at = last_checkpoint(tmp_path)["global_step"]
-    assert 0 < interrupted_at < MAX_STEPS
-
-    resumed = run_fit(tmp_path, "--ckpt_path=last")
-    assert resumed.returncode == 0, resumed.stdout
-    final = last_checkpoint(tmp_path)
-    assert final["global_step"] == MAX_STEPS
-    # One run folder: the resumed run logged into the interrupted run's version_0.
-    assert len(list(tmp_path.glob("*/version_*"))) == 1
-    # On the CPU with a fixed seed, resuming changes nothing: same weights, same optimizer state.
-    assert_same_weights(final, uninterrupted)
-    adam_steps = [state["step"] for state in final["optimizer_states"][0]["state"].values()]
-    assert all(step == MAX_STEPS for step in adam_steps)
+    assert 0 < last_checkpoint(tmp_path)["global_step"] < MAX_STEPS
+    assert_resumes_exactly(tmp_path, uninterrupted)
 
 
 @pytest.mark.slow
@@ -107,7 +157,7 @@ def test_same_seed_same_config_gives_identical_runs(tmp_path, uninterrupted):
     again.mkdir()
     result = run_fit(again)
     assert result.returncode == 0, result.stdout
-    assert_same_weights(last_checkpoint(again), uninterrupted)
+    assert_same_weights(last_checkpoint(again), uninterrupted["checkpoint"])
 
 
 @pytest.mark.slow

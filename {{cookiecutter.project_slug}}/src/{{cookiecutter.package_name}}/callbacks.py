@@ -31,21 +31,58 @@ class BestCheckpoint(ModelCheckpoint):
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """Keeps `last.ckpt`: the newest state, rewritten every epoch (or every N steps).
+    """Keeps `last.ckpt`: the newest state, to resume from after any interruption.
 
-    A separate callback on purpose: `ModelCheckpoint(save_last=True, monitor=...)` only
-    refreshes `last.ckpt` when the monitored metric improves, so it can lag far behind.
-    It also saves when training is interrupted (Ctrl-C, SIGTERM) or fails.
+    Written at the end of every epoch (after its validation), every N training steps when
+    asked, when training ends and when it is interrupted (Ctrl-C, SIGTERM, an error). The
+    triggers are our own rather than ModelCheckpoint's, which (Lightning 2.6) stop the
+    epoch-end save once `every_n_train_steps` is set, and save at an epoch's last batch before
+    its validation: a state that Lightning resumes in the wrong epoch. A periodic save that
+    falls on an epoch's last batch is left to the epoch-end save moments later. Each write
+    goes to a temporary file renamed into place, so a kill never leaves a torn `last.ckpt`.
     """
 
+    FILE_NAME = "last.ckpt"
+
     def __init__(self, every_n_train_steps: int | None = None) -> None:
-        super().__init__(
-            filename="last",
-            save_top_k=1,
-            every_n_train_steps=every_n_train_steps,
-            enable_version_counter=False,  # overwrite last.ckpt instead of writing last-v1.ckpt
-            save_on_exception=True,
-        )
+        if every_n_train_steps is not None and every_n_train_steps < 1:
+            raise ValueError(f"every_n_train_steps must be 1 or more (or null), got {every_n_train_steps}.")
+        # save_top_k=0: ModelCheckpoint only resolves the folder; the saving is below.
+        super().__init__(filename="last", save_top_k=0, enable_version_counter=False)
+        self.save_every_n_steps = every_n_train_steps
+        self._saved_at_step: int | None = None
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        every = self.save_every_n_steps
+        last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        if every and trainer.global_step % every == 0 and not last_batch:
+            self._save(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Nothing: the epoch's state is saved once its training part ends too (below)."""
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._save(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._save(trainer)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, error: BaseException) -> None:
+        self._save(trainer)
+
+    def _save(self, trainer: L.Trainer) -> None:
+        if trainer.sanity_checking or trainer.fast_dev_run or trainer.global_step == self._saved_at_step:
+            return
+        assert self.dirpath is not None, "ModelCheckpoint.setup resolves the folder before training"
+        path = Path(self.dirpath) / self.FILE_NAME
+        partial = path.with_name(f".{self.FILE_NAME}.partial")
+        trainer.save_checkpoint(partial)  # every rank takes part; rank 0 writes
+        if trainer.is_global_zero:
+            os.replace(partial, path)
+        self._saved_at_step = trainer.global_step
+        self.last_model_path = str(path)
 
 
 class PredictionWriter(BasePredictionWriter):
@@ -77,12 +114,15 @@ class PredictionWriter(BasePredictionWriter):
         print(f"Wrote {sum(len(b['predicted']) for b in predictions)} predictions to {path}")
 
 
-class RandomStateCheckpoint(Callback):
-    """Stores the random generators in every checkpoint and restores them on resume.
+class ExactResume(Callback):
+    """Makes a resumed run continue exactly where the interrupted one stopped.
 
-    With the loader skipping already-trained batches, this makes a run resumed from a
-    mid-epoch checkpoint draw the same dropout masks, so on the CPU it ends with the very
-    same weights as a run that was never interrupted.
+    The train loader's position travels in the checkpoint (`StatefulDataLoader`); this adds the
+    rest: the random generators (so dropout masks repeat) and the shuffling epoch. Lightning
+    2.6 sets a resumed run's sampler one epoch ahead when it resumes from an end-of-epoch
+    checkpoint (it passes its `processed` counter, which the restore has already moved on), so
+    the epoch is set again from `trainer.current_epoch` when each epoch starts. On the CPU
+    with a fixed seed, a resumed run ends with the very same weights as one never interrupted.
     """
 
     def __init__(self) -> None:
@@ -90,6 +130,13 @@ class RandomStateCheckpoint(Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._device = trainer.strategy.root_device
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        loader = trainer.train_dataloader
+        for sampler in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+            set_epoch = getattr(sampler, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(trainer.current_epoch)
 
     def state_dict(self) -> dict[str, Any]:
         kind, keys, position, has_gauss, cached = np.random.get_state()
@@ -112,30 +159,62 @@ class RandomStateCheckpoint(Callback):
 
 
 class GracefulInterrupt(Callback):
-    """Makes Ctrl-C stop training cleanly: finish the batch, save `last.ckpt`, exit.
+    """Makes Ctrl-C and SIGTERM stop training cleanly: finish the step, save `last.ckpt`, exit.
 
     A bare KeyboardInterrupt can land anywhere, even halfway through an optimizer step, and
     leave a torn state behind. The first Ctrl-C is turned into SIGTERM, which Lightning
     handles after the current batch (the same path a preempted job takes); a second Ctrl-C
-    aborts at once.
+    aborts at once. A stop that arrives during validation lets that validation finish first
+    (forward passes only): the epoch's metrics and best checkpoint are kept, and the resumed
+    run starts the next epoch instead of skipping the validation it never finished. A second
+    SIGTERM stops validation too.
     """
 
     def __init__(self) -> None:
-        self._previous_handler: Any = None
+        self._previous_sigint: Any = None
+        self._lightning_sigterm: Any = None
+        self._validating = False
+        self._deferred = False
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Here, not in on_fit_start: Lightning installs its own SIGTERM handler in between.
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            self._previous_handler = signal.signal(signal.SIGINT, self._on_ctrl_c)
+            self._previous_sigint = signal.signal(signal.SIGINT, self._on_ctrl_c)
+            self._lightning_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validating = not trainer.sanity_checking
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validating = False
+        if self._deferred:  # now Lightning stops after this step, saving on the way out
+            self._deferred = False
+            self._pass_to_lightning(signal.SIGTERM, None)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self._previous_handler is not None:
-            signal.signal(signal.SIGINT, self._previous_handler)
-            self._previous_handler = None
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
+            self._previous_sigint = None
+        if self._lightning_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._lightning_sigterm)
+            self._lightning_sigterm = None
 
     def _on_ctrl_c(self, signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        rank_zero_info("\nCtrl-C: finishing this batch and saving last.ckpt (press again to abort at once).")
+        rank_zero_info("\nCtrl-C: finishing this step and saving last.ckpt (press again to abort at once).")
         os.kill(os.getpid(), signal.SIGTERM)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self._validating and not self._deferred:
+            self._deferred = True
+            rank_zero_info("\nStop requested: finishing this validation first, then saving last.ckpt.")
+            return
+        self._deferred = False
+        self._pass_to_lightning(signum, frame)
+
+    def _pass_to_lightning(self, signum: int, frame: Any) -> None:
+        if callable(self._lightning_sigterm):
+            self._lightning_sigterm(signum, frame)
 
 
 class NonFiniteLossError(RuntimeError):

@@ -17,11 +17,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from . import doctor, hardware, launcher
 from .callbacks import (
     BestCheckpoint,
+    ExactResume,
     GracefulInterrupt,
     LastCheckpoint,
     NonFiniteLossError,
     PredictionWriter,
-    RandomStateCheckpoint,
     StopOnNonFiniteLoss,
 )
 from .checkpoints import CheckpointNotFoundError, find_checkpoint, run_version
@@ -92,7 +92,7 @@ class ProjectCLI(LightningCLI):
         each on a CPU), so the fit-only ones stay out of validate/test/predict and the other way round.
         """
         if self.subcommand == "fit":  # exact resume, clean Ctrl-C, a clear stop on NaN loss
-            return [RandomStateCheckpoint(), GracefulInterrupt(), StopOnNonFiniteLoss()]
+            return [ExactResume(), GracefulInterrupt(), StopOnNonFiniteLoss()]
         if self.subcommand == "predict":
             return [PredictionWriter()]  # predictions.csv
         return []

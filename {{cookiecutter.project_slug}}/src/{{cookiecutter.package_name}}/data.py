@@ -1,23 +1,19 @@
 """The LightningDataModule: the digits data, its fixed splits and its loaders.
 
 Train on your own images with `--data.data_path=my_data.npz` (format in `sources.py`), or
-replace the loading in `setup`; the CLI links `image_shape`/`num_classes` into the model.
+replace the loading in `setup` with any map-style `torch.utils.data.Dataset`; the CLI links
+`image_shape`/`num_classes` into the model.
 """
 
-import warnings
 from pathlib import Path
 from typing import Literal
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import Dataset, DistributedSampler, Sampler, TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
-from .batching import batched_loader, batches_already_trained
 from .sources import load_digits_tensors, load_npz_tensors
-
-# A run resumed mid-epoch skips the batches it already trained on (see `train_dataloader`), so
-# Lightning's generic warning about non-resumable loaders does not apply to this DataModule.
-warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
 
 
 def stratified_split(
@@ -93,9 +89,9 @@ class DigitsDataModule(L.LightningDataModule):
             images, labels = load_npz_tensors(data_path)
             self.image_shape = tuple(images.shape[1:])
             self.num_classes = int(labels.max()) + 1
-        self.train_set: TensorDataset | None = None
-        self.val_set: TensorDataset | None = None
-        self.test_set: TensorDataset | None = None
+        self.train_set: Dataset | None = None
+        self.val_set: Dataset | None = None
+        self.test_set: Dataset | None = None
 
     def prepare_data(self) -> None:
         """Download or unpack data to disk. Lightning calls this on one process per node.
@@ -114,21 +110,39 @@ class DigitsDataModule(L.LightningDataModule):
         self.val_set = TensorDataset(images[val], labels[val])
         self.test_set = TensorDataset(images[test], labels[test])
 
-    def train_dataloader(self) -> DataLoader:
-        loader = self._loader(self.train_set, shuffle=True)
-        loader.sampler.skip_batches = batches_already_trained(self.trainer)
-        return loader
+    def train_dataloader(self) -> StatefulDataLoader:
+        # The shuffled order is a function of (seed, epoch) alone, so a resumed run replays it
+        # exactly; each rank takes its own share of every epoch. The epoch is set here too, not
+        # only by Lightning when an epoch starts: a run resumed mid-epoch skips the batches it
+        # already trained before that, and must skip them in this epoch's order.
+        trainer = self.trainer
+        sampler = DistributedSampler(
+            self.train_set,
+            num_replicas=trainer.world_size if trainer is not None else 1,
+            rank=trainer.global_rank if trainer is not None else 0,
+            shuffle=True,
+            seed=self.seed,
+        )
+        sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
+        return self._loader(self.train_set, sampler=sampler)
 
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
+    def val_dataloader(self) -> StatefulDataLoader:
+        return self._loader(self.val_set)
 
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
+    def test_dataloader(self) -> StatefulDataLoader:
+        return self._loader(self.test_set)
 
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
+    def predict_dataloader(self) -> StatefulDataLoader:
+        return self._loader(self.test_set)
 
-    def _loader(self, dataset: TensorDataset | None, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset: Dataset | None, sampler: Sampler | None = None) -> StatefulDataLoader:
+        """A plain DataLoader that can also say where it is in the epoch.
+
+        `StatefulDataLoader` (torchdata) is a drop-in `DataLoader` with `state_dict()`: Lightning
+        stores it in every checkpoint and restores it on `--ckpt_path`, so a run resumed
+        mid-epoch continues with the very next batch. Without a sampler, Lightning gives each
+        DDP rank its own share of the data.
+        """
         assert dataset is not None, "setup() must run before the loaders are built"
         if self.batch_size == "auto":
             raise ValueError(
@@ -137,13 +151,14 @@ class DigitsDataModule(L.LightningDataModule):
             )
         trainer = self.trainer
         on_gpu = trainer is not None and trainer.strategy.root_device.type == "cuda"
-        return batched_loader(
+        return StatefulDataLoader(
             dataset,
-            self.batch_size,
-            shuffle=shuffle,
-            num_replicas=trainer.world_size if trainer is not None else 1,
-            rank=trainer.global_rank if trainer is not None else 0,
-            seed=self.seed,
+            batch_size=self.batch_size,
+            sampler=sampler,
             num_workers=self.num_workers,
             pin_memory=on_gpu if self.pin_memory is None else self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+            # Worker seeds from a generator of its own: iterating leaves the global random
+            # state (dropout masks) alone.
+            generator=torch.Generator().manual_seed(self.seed),
         )
