@@ -32,7 +32,7 @@ def render(session: nox.Session, **context: str) -> Path:
 
 def torch_build(project: Path):
     """A rendered project's torch_build.py (standard library only), loaded by path."""
-    (path,) = project.glob("src/*/torch_build.py")
+    (path,) = project.glob("src/*/kit/torch_build.py")
     spec = importlib.util.spec_from_file_location("torch_build", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

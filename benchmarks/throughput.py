@@ -15,6 +15,8 @@ time is what users feel; CPU time (this process, all threads) also counts drawin
 
 import contextlib
 import copy
+import functools
+import importlib
 import os
 import statistics
 import sys
@@ -253,6 +255,15 @@ def run_cli(project: Path, flags: list[str], fit: Callable[[Any], None]) -> None
         sys.argv = argv
 
 
+def optimizer_factory(cli: Any) -> Callable[..., torch.optim.Optimizer]:
+    """The run's `--optimizer` as a factory, so the plain loop and the floor run build the same one."""
+    spec = cli.config[cli.subcommand].optimizer
+    module_name, _, class_name = spec.class_path.rpartition(".")
+    return functools.partial(
+        getattr(importlib.import_module(module_name), class_name), **dict(spec.init_args)
+    )
+
+
 def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTimer, int]:
     """One Lightning run of `workload` with the plain loop in lockstep; and its steps per epoch."""
     base = import_module(project, "data").DigitsDataModule
@@ -264,7 +275,8 @@ def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTi
         nonlocal timer, steps
         datamodule.setup("fit")
         network = copy.deepcopy(cli.model.network)  # the project's ConvNet, as configured
-        optimizer = cli.model.optimizer_factory(network.parameters())  # and its optimizer
+        make_optimizer = optimizer_factory(cli)
+        optimizer = make_optimizer(network.parameters())  # and its optimizer
         train_set, val_set = datamodule.train_set.tensors, datamodule.val_set.tensors
         timer = InterleavedTimer(PlainLoop(network, optimizer, train_set, val_set, datamodule.batch_size))
         if run == "lightning_floor":
@@ -276,7 +288,7 @@ def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTi
                 enable_model_summary=False,
                 callbacks=[timer],
             )
-            trainer.fit(FloorModule(cli.model.network, cli.model.optimizer_factory), datamodule)
+            trainer.fit(FloorModule(cli.model.network, make_optimizer), datamodule)
         else:
             trainer = cli.trainer
             trainer.callbacks.append(timer)

@@ -1,10 +1,12 @@
 """Train, validate, test or predict: `python main.py fit --help` lists every setting."""
 
-from pathlib import Path
-
-from {{ cookiecutter.package_name }}.cli import cli_main
-
-DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "default.yaml"
+import sys
 
 if __name__ == "__main__":  # required: spawn-based DDP launchers re-import this file
-    cli_main(default_config_files=[DEFAULT_CONFIG])
+    if sys.argv[1:2] == ["doctor"]:  # checks torch itself, so it must run before anything imports it
+        from {{ cookiecutter.package_name }}.kit.doctor import main as doctor
+
+        raise SystemExit(doctor(sys.argv[2:]))
+    from {{ cookiecutter.package_name }}.cli import cli_main
+
+    cli_main()  # reads configs/default.yaml first, then your -c files and flags

@@ -25,7 +25,9 @@ nox.options.reuse_existing_virtualenvs = True
 
 def _load_torch_build():
     """The project's torch_build.py, loaded by path: it needs nothing installed first."""
-    spec = importlib.util.spec_from_file_location("torch_build", ROOT / "src" / PACKAGE / "torch_build.py")
+    spec = importlib.util.spec_from_file_location(
+        "torch_build", ROOT / "src" / PACKAGE / "kit" / "torch_build.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -53,7 +55,7 @@ def cpu_build() -> str:
 def short_run(session: nox.Session, *flags: str) -> None:
     """Train briefly, then test the best checkpoint, through main.py as a user would."""
     logs = session.create_tmp()
-    common = [f"--trainer.logger.init_args.save_dir={logs}", "--trainer.enable_progress_bar=false", *flags]
+    common = [f"--trainer.default_root_dir={logs}", "--trainer.enable_progress_bar=false", *flags]
     session.run("python", "main.py", "fit", "--trainer.max_epochs=2", *common)
     session.run("python", "main.py", "test", "--ckpt_path=best", *common)
 

@@ -17,7 +17,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml
 SHORT_FIT = (
     "fit",
     "--trainer.max_epochs=3",
-    "--model.lr_scheduler.init_args.T_max=3",
+    "--lr_scheduler.init_args.T_max=3",
     "--trainer.enable_progress_bar=false",
 )
 
@@ -36,8 +36,8 @@ def test_print_config_shows_the_defaults(run_main, capsys):
         run_main("fit", "--print_config")
     assert exit_info.value.code == 0
     config = yaml.safe_load(capsys.readouterr().out)
-    assert config["model"]["optimizer"]["class_path"] == "torch.optim.AdamW"
-    assert config["trainer"]["logger"]["class_path"].endswith("TensorBoardLogger")
+    assert config["optimizer"]["class_path"] == "torch.optim.AdamW"
+    assert config["trainer"]["default_root_dir"] == "logs"
     assert config["seed_everything"] == 42
 
 
@@ -124,7 +124,7 @@ def test_fit_then_test_predict_in_new_processes(run_main, tmp_path, capsys):
 
     # The saved config reproduces the run.
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert saved["trainer"]["max_epochs"] == 3 and saved["model"]["optimizer"]["init_args"]["lr"] == 0.002
+    assert saved["trainer"]["max_epochs"] == 3 and saved["optimizer"]["init_args"]["lr"] == 0.002
 
     run_main("test", "--ckpt_path=best", "--trainer.enable_progress_bar=false")
     out = capsys.readouterr().out

@@ -20,12 +20,12 @@ import torch
 
 from conftest import MAIN, PROJECT_ROOT, requires_gpus, tensorboard_scalars
 from {{ cookiecutter.package_name }}.data import DigitsDataModule
-from {{ cookiecutter.package_name }}.launcher import Launch, LaunchMismatchError, device_count, match_launch
+from {{ cookiecutter.package_name }}.kit.launcher import Launch, LaunchMismatchError, device_count, match_launch
 
 EPOCHS = 2
 SHORT = (
     f"--trainer.max_epochs={EPOCHS}",
-    f"--model.lr_scheduler.init_args.T_max={EPOCHS}",
+    f"--lr_scheduler.init_args.T_max={EPOCHS}",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
     # Each process writes what it saw to rank<N>-<stage>.json (RankReport, below).

@@ -4,13 +4,16 @@ The GPU branches run here by replacing the query functions in `hardware` (monkey
 """
 
 import ast
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.package_name }} import doctor, hardware, torch_build
-from {{ cookiecutter.package_name }}.hardware import Driver, Gpu
+from conftest import PROJECT_ROOT
+from {{ cookiecutter.package_name }}.kit import doctor, hardware, torch_build
+from {{ cookiecutter.package_name }}.kit.hardware import Driver, Gpu
 
 H200 = Gpu("NVIDIA H200", total_memory_gib=139.8, free_memory_gib=139.1, compute_capability=(9, 0))
 T4 = Gpu("Tesla T4", total_memory_gib=15.0, free_memory_gib=14.6, compute_capability=(7, 5))
@@ -54,6 +57,23 @@ def test_report_on_this_machine_through_main_py(run_main, capsys):
     assert (
         f"pip install torch --index-url https://download.pytorch.org/whl/{torch_build.TORCH_BUILD}" in output
     )
+
+
+@pytest.mark.parametrize(
+    "command", [[str(PROJECT_ROOT / "main.py"), "doctor"], ["-m", "{{ cookiecutter.package_name }}.kit.doctor"]]
+)
+def test_the_doctor_runs_where_torch_itself_is_broken(tmp_path, command):
+    """The doctor must not import torch or Lightning before it has checked them."""
+    broken = tmp_path / "torch"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('simulated broken torch install')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(PROJECT_ROOT / "src")])}
+    result = subprocess.run(
+        [sys.executable, *command], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1, result.stderr
+    assert "torch cannot be imported (simulated broken torch install)" in result.stdout
+    assert "pip install torch" in result.stdout and "Traceback" not in result.stderr
 
 
 def test_help_points_to_the_doctor(run_main, capsys):

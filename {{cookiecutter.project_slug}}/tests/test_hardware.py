@@ -12,8 +12,8 @@ import yaml
 from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 
 from conftest import PROJECT_ROOT
-from {{ cookiecutter.package_name }} import hardware
-from {{ cookiecutter.package_name }}.hardware import HardwareError, check_request
+from {{ cookiecutter.package_name }}.kit import hardware
+from {{ cookiecutter.package_name }}.kit.hardware import HardwareError, check_request
 
 
 def fake_machine(
@@ -154,4 +154,4 @@ def test_presets_say_how_to_use_them_and_stack_on_the_defaults(name, run_main, c
         run_main("fit", "-c", str(preset), "--print_config")
     trainer = yaml.safe_load(capsys.readouterr().out)["trainer"]
     assert {key: trainer[key] for key in PRESETS[name]} == PRESETS[name]
-    assert trainer["logger"]["class_path"].endswith("TensorBoardLogger"), "configs/default.yaml still applies"
+    assert trainer["default_root_dir"] == "logs", "configs/default.yaml still applies"

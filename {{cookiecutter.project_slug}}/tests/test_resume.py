@@ -27,7 +27,7 @@ def fit_command(save_dir: Path, *flags: str) -> list[str]:
         "fit",
         f"--trainer.max_steps={MAX_STEPS}",
         "--trainer.max_epochs=-1",
-        f"--trainer.logger.init_args.save_dir={save_dir}",
+        f"--trainer.default_root_dir={save_dir}",
         "--trainer.enable_progress_bar=false",
         f"--last_checkpoint.every_n_train_steps={EVERY}",
         *flags,

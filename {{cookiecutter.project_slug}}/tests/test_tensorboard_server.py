@@ -94,7 +94,8 @@ def test_tensorboard_serves_the_runs_scalars_hparams_and_pictures(run_main, tmp_
 
         # Hparams: the model's and the data's settings, with the validation accuracy as the metric.
         experiment = tensorboard.post("/data/plugin/hparams/experiment", {"experimentName": ""})
-        assert {"width", "dropout", "batch_size"} <= {info["name"] for info in experiment["hparamInfos"]}
+        names = {info["name"] for info in experiment["hparamInfos"]}
+        assert {"network/init_args/width", "network/init_args/dropout", "batch_size"} <= names
         assert "hp_metric" in {info["name"]["tag"] for info in experiment["metricInfos"]}
 
         # Pictures: both tags; the confusion matrix once per epoch, served as PNG files.

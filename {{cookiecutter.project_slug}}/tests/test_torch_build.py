@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from {{ cookiecutter.package_name }} import torch_build
+from {{ cookiecutter.package_name }}.kit import torch_build
 
 
 @pytest.mark.parametrize("build", torch_build.BUILDS)

@@ -25,12 +25,12 @@ import yaml
 from torch import Tensor
 
 from conftest import MAIN, PROJECT_ROOT, requires_gpus, tensorboard_scalars
-from {{ cookiecutter.package_name }} import tuning
 from {{ cookiecutter.package_name }}.cli import cli_main
 from {{ cookiecutter.package_name }}.data import DigitsDataModule
+from {{ cookiecutter.package_name }}.kit import tuning
+from {{ cookiecutter.package_name }}.kit.tuning import BatchSizeTuner, largest_fitting
 from {{ cookiecutter.package_name }}.model import Classifier
 from {{ cookiecutter.package_name }}.network import ConvNet
-from {{ cookiecutter.package_name }}.tuning import BatchSizeTuner, largest_fitting
 
 QUICK = ("--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false")
 DDP_AUTO = (
@@ -60,6 +60,13 @@ def memory_limit(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     return lambda limit: monkeypatch.setattr(ConvNet, "forward", out_of_memory_above([limit]))
 
 
+class Trainable(Classifier):
+    """The example model with the optimizer the CLI would build for it (AdamW, lr 1e-3)."""
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
 class Snapshot(L.Callback):
     """Records at the start of fit what the search must leave exactly as it found it."""
 
@@ -86,7 +93,7 @@ def fit_briefly(datamodule: DigitsDataModule, tuner: BatchSizeTuner) -> tuple[Sn
         enable_model_summary=False,
         callbacks=[before, tuner, after],
     )
-    trainer.fit(Classifier(width=8, hidden_size=32), datamodule=datamodule)
+    trainer.fit(Trainable(ConvNet((1, 8, 8), 10, width=8, hidden_size=32)), datamodule=datamodule)
     return before, after
 
 
@@ -262,7 +269,7 @@ def test_ddp_ranks_with_different_memory_settle_on_the_smaller(tmp_path):
 MIB_PER_SAMPLE = 256
 
 
-class MemoryHungry(Classifier):
+class MemoryHungry(Trainable):
     """Holds MIB_PER_SAMPLE of GPU memory per sample during a step: runs out of memory for real."""
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
@@ -286,7 +293,7 @@ def test_on_a_gpu_real_out_of_memory_is_caught_and_cleaned_up():
         enable_progress_bar=False,
         callbacks=[before, BatchSizeTuner(), after],
     )
-    trainer.fit(MemoryHungry(), datamodule=datamodule)
+    trainer.fit(MemoryHungry(ConvNet((1, 8, 8), 10)), datamodule=datamodule)
     assert 0.7 * limit <= datamodule.batch_size <= 0.9 * limit
     assert_untouched(before, after)
     assert after.gpu_memory <= before.gpu_memory + 2**30, "the failed trials' memory was not released"
@@ -295,4 +302,4 @@ def test_on_a_gpu_real_out_of_memory_is_caught_and_cleaned_up():
 if __name__ == "__main__":  # `python -m test_tuning ARGS`: main.py, out of memory above FAKE_OOM_ABOVE
     # Not runpy.run_path(main.py): it renames the script, and the DDP launcher would start main.py.
     ConvNet.forward = out_of_memory_above([int(limit) for limit in os.environ["FAKE_OOM_ABOVE"].split(",")])
-    cli_main(default_config_files=[PROJECT_ROOT / "configs" / "default.yaml"])
+    cli_main()

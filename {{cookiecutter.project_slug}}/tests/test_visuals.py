@@ -13,7 +13,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import MAIN, PROJECT_ROOT
-from {{ cookiecutter.package_name }}.visuals import (
+from {{ cookiecutter.package_name }}.kit.visuals import (
     CORRECT,
     WRONG,
     ValidationImages,

@@ -1,51 +1,40 @@
-"""The LightningModule: loss, metrics and optimizer wiring around the network.
+"""The LightningModule: loss and metrics around whichever network it is given.
 
 Nothing here names a device: Lightning moves the module and every batch to the accelerator
 chosen with `--trainer.accelerator`, and torchmetrics syncs metrics across DDP ranks.
 """
 
-from typing import Any
-
 import lightning as L
 import torch
-from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
-
-from .network import ConvNet
 
 Batch = tuple[Tensor, Tensor]
 
 
 class Classifier(L.LightningModule):
-    """Trains `ConvNet` with cross-entropy; logs loss and accuracy for train, val and test.
+    """Trains `network` with cross-entropy; logs loss and accuracy for train, val and test.
 
-    `optimizer` and `lr_scheduler` are callables injected by LightningCLI, so they live in the
-    config (`model.optimizer`, `model.lr_scheduler`) and change from the command line
-    (`--model.optimizer=SGD --model.optimizer.lr=0.1`) instead of being hard-coded. No
-    optimizer means AdamW with PyTorch's defaults; no scheduler means a constant rate.
-    `image_shape` and `num_classes` are linked from the DataModule by the CLI, so the two can
-    never disagree.
+    The network is injected: any `nn.Module` that maps images to class logits, chosen in the
+    config (`model.network.class_path`, default `network.ConvNet`), so another architecture is a
+    new class and two YAML lines. The optimizer and LR scheduler are settings too (`optimizer:`,
+    `lr_scheduler:`; `--optimizer=SGD --optimizer.lr=0.1`): LightningCLI builds
+    `configure_optimizers` from them. `image_shape` and `num_classes` are linked from the
+    DataModule by the CLI (into the network's arguments as well), so they never disagree.
     """
 
     def __init__(
         self,
+        network: nn.Module,
         image_shape: tuple[int, int, int] = (1, 8, 8),
         num_classes: int = 10,
-        width: int = 16,
-        hidden_size: int = 128,
-        dropout: float = 0.2,
         label_smoothing: float = 0.0,
-        optimizer: OptimizerCallable | None = None,
-        lr_scheduler: LRSchedulerCallable | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
-        self.network = ConvNet(image_shape, num_classes, width, hidden_size, dropout)
+        self.save_hyperparameters()  # from the CLI: the network's class_path and settings
+        self.network = network
         self.loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-        self.optimizer_factory = optimizer
-        self.lr_scheduler_factory = lr_scheduler
         # One metric object per stage: each keeps its own state and syncs across ranks.
         # No input checks on the per-step metric: they cost time every step (and a GPU sync);
         # the loss already refuses bad targets.
@@ -92,15 +81,6 @@ class Classifier(L.LightningModule):
         probabilities = self(images).softmax(dim=-1)
         confidence, predicted = probabilities.max(dim=-1)
         return {"predicted": predicted, "confidence": confidence, "target": targets}
-
-    def configure_optimizers(self) -> Any:
-        make_optimizer = self.optimizer_factory or torch.optim.AdamW
-        optimizer = make_optimizer(self.parameters())
-        if self.lr_scheduler_factory is None:
-            return optimizer
-        scheduler = self.lr_scheduler_factory(optimizer)
-        # `monitor` is only read by ReduceLROnPlateau; other schedulers step every epoch.
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss"}}
 
     def _logger_writes_this_step(self) -> bool:
         """Whether the logger writes this step's values: once every `trainer.log_every_n_steps`.

@@ -1,4 +1,4 @@
-"""Callbacks the CLI always adds: checkpoints, exact resume, and the prediction writer."""
+"""Callbacks the CLI adds: checkpoints, exact resume, clean stops, the prediction writer, LR logging."""
 
 import csv
 import os
@@ -7,27 +7,70 @@ import signal
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch import callbacks
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+# Metric names whose direction goes without saying; anything else must state its mode.
+HIGHER_IS_BETTER = ("acc", "f1", "auroc", "precision", "recall", "iou", "hp_metric")
+LOWER_IS_BETTER = ("loss", "error", "mse", "mae")
+
+
+def metric_mode(monitor: str) -> Literal["min", "max"]:
+    """`max` for accuracy-like names, `min` for loss-like ones; never a guess for others."""
+    name = monitor.lower()
+    if any(word in name for word in LOWER_IS_BETTER):
+        return "min"
+    if any(word in name for word in HIGHER_IS_BETTER):
+        return "max"
+    raise ValueError(
+        f"--checkpoint.monitor={monitor}: cannot tell whether higher or lower is better; "
+        "say so with --checkpoint.mode=max or --checkpoint.mode=min."
+    )
+
 
 class BestCheckpoint(ModelCheckpoint):
-    """Keeps the checkpoint with the best validation accuracy, named `best-*.ckpt`."""
+    """Keeps the checkpoint with the best value of `monitor` (validation accuracy), `best-*.ckpt`.
 
-    def __init__(self, monitor: str = "val/acc", mode: str = "max", save_top_k: int = 1) -> None:
+    `mode` follows the metric's name unless given: `max` for `val/acc`, `min` for `val/loss`,
+    so pointing `--checkpoint.monitor` at a loss never keeps its worst epoch by accident.
+    """
+
+    def __init__(
+        self, monitor: str = "val/acc", mode: Literal["min", "max"] | None = None, save_top_k: int = 1
+    ) -> None:
         super().__init__(
             monitor=monitor,
-            mode=mode,
+            mode=mode or metric_mode(monitor),
             save_top_k=save_top_k,
             filename="best-epoch{epoch:03d}-step{step:06d}",
             auto_insert_metric_name=False,
         )
+
+
+class LearningRateMonitor(callbacks.LearningRateMonitor):
+    """Lightning's LearningRateMonitor, which also works with `--trainer.logger=false`.
+
+    Lightning's refuses to train without a logger; with nothing to log to, this one does nothing.
+    """
+
+    def on_train_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if trainer.loggers:
+            super().on_train_start(trainer, *args, **kwargs)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if trainer.loggers:
+            super().on_train_batch_start(trainer, *args, **kwargs)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if trainer.loggers:
+            super().on_train_epoch_start(trainer, *args, **kwargs)
 
 
 class LastCheckpoint(ModelCheckpoint):

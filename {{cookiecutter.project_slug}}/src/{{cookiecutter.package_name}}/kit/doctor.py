@@ -61,6 +61,11 @@ def main(argv: Sequence[str] = ()) -> int:
     return 1 if problems else 0
 
 
+def run() -> None:
+    """The `{{ cookiecutter.project_slug }}-doctor` console script: works even where torch is broken."""
+    raise SystemExit(main(sys.argv[1:]))
+
+
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python main.py doctor",

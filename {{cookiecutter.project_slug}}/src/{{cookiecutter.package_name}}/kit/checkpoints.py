@@ -34,8 +34,18 @@ def find_checkpoint(runs_dir: Path, which: str) -> Path:
     )
 
 
+def version_number(folder: Path) -> int | None:
+    """N for a folder named `version_N`, else None."""
+    prefix, _, number = folder.name.partition("_")
+    return int(number) if prefix == "version" and number.isdigit() else None
+
+
 def run_version(checkpoint: Path) -> int | None:
     """The N of the `version_N` run folder a checkpoint belongs to, if it sits in one."""
-    folder = checkpoint.resolve().parent.parent.name
-    prefix, _, number = folder.partition("_")
-    return int(number) if prefix == "version" and number.isdigit() else None
+    return version_number(checkpoint.resolve().parent.parent)
+
+
+def next_version(runs_dir: Path) -> int:
+    """The N of the next `version_N` folder in `runs_dir`: one more than the highest there."""
+    numbers = [version_number(run) for run in runs_dir.glob("version_*")]
+    return max((number for number in numbers if number is not None), default=-1) + 1
