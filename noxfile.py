@@ -15,7 +15,7 @@ import nox
 ROOT = Path(__file__).parent
 TEMPLATE_TOOLS = ["cookiecutter>=2.6", "pyyaml", "cruft>=2.15"]
 
-nox.options.sessions = ["lint", "tests", "cpu", "ddp_cpu", "gpu", "ddp"]
+nox.options.sessions = ["lint", "typecheck", "tests", "cpu", "ddp_cpu", "gpu", "ddp"]
 
 
 def render(session: nox.Session, **context: str) -> Path:
@@ -64,6 +64,14 @@ def lint(session: nox.Session) -> None:
             session.error(f"ruff found none of the rendered project's files in {project}")
         session.run("ruff", "check", "--no-respect-gitignore", ".")
         session.run("ruff", "format", "--check", "--no-respect-gitignore", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over the template's hooks, then a rendered project's own typecheck session."""
+    session.install("mypy", *TEMPLATE_TOOLS)
+    session.run("mypy", "--ignore-missing-imports", "hooks")
+    run_project_session(session, "typecheck")
 
 
 @nox.session

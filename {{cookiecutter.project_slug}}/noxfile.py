@@ -19,7 +19,7 @@ import nox
 ROOT = Path(__file__).parent
 PACKAGE = "{{ cookiecutter.package_name }}"
 
-nox.options.sessions = ["lint", "cpu", "ddp_cpu", "gpu", "ddp"]
+nox.options.sessions = ["lint", "typecheck", "cpu", "ddp_cpu", "gpu", "ddp"]
 nox.options.reuse_existing_virtualenvs = True
 
 
@@ -66,6 +66,13 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over the package, kit included (settings in pyproject.toml)."""
+    install(session, cpu_build())
+    session.run("mypy", "src")
 
 
 @nox.session

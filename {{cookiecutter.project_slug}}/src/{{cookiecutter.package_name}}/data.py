@@ -41,7 +41,7 @@ class DigitsDataModule(L.LightningDataModule):
     every run and every DDP rank sees the same train/val/test sets.
     """
 
-    image_shape = (1, 8, 8)
+    image_shape: tuple[int, ...] = (1, 8, 8)
     num_classes = 10
 
     def __init__(
@@ -115,8 +115,9 @@ class DigitsDataModule(L.LightningDataModule):
         # exactly; each rank takes its own share of every epoch. The epoch is set here too, not
         # only by Lightning when an epoch starts: a run resumed mid-epoch skips the batches it
         # already trained before that, and must skip them in this epoch's order.
+        assert self.train_set is not None, "setup() must run before the loaders are built"
         trainer = self.trainer
-        sampler = DistributedSampler(
+        sampler: DistributedSampler[int] = DistributedSampler(
             self.train_set,
             num_replicas=trainer.world_size if trainer is not None else 1,
             rank=trainer.global_rank if trainer is not None else 0,

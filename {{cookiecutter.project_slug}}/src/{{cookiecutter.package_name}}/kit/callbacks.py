@@ -7,7 +7,7 @@ import signal
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import lightning as L
 import numpy as np
@@ -182,7 +182,8 @@ class ExactResume(Callback):
                 set_epoch(trainer.current_epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        kind, keys, position, has_gauss, cached = np.random.get_state()
+        state = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
+        kind, keys, position, has_gauss, cached = state
         on_gpu = self._device.type == "cuda"  # this rank's GPU only: never wake the others
         return {
             "torch": torch.get_rng_state(),

@@ -10,7 +10,7 @@ checks before anything starts, and one line with exit code 2 for mistakes a user
 import importlib
 import inspect
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -226,15 +226,21 @@ def describe(spec: Any) -> str:
 
 
 def run(
-    cli_class: type[KitCLI],
+    cli_class: Callable[..., KitCLI],
     args: Sequence[str] | None = None,
     default_config_files: Sequence[Path] = (),
     user_errors: tuple[type[Exception], ...] = (),
 ) -> KitCLI:
     """Run `cli_class`; mistakes we can name (and `user_errors`) end as one line, exit code 2."""
+    one_line_errors: tuple[type[Exception], ...] = (
+        UsageError,
+        hardware.HardwareError,
+        launcher.LaunchMismatchError,
+        *user_errors,
+    )
     try:
         return cli_class(default_config_files=default_config_files, args=args)
-    except (UsageError, hardware.HardwareError, launcher.LaunchMismatchError, *user_errors) as error:
+    except one_line_errors as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     except NonFiniteLossError as error:

@@ -205,7 +205,7 @@ def suggested_build(driver_cuda: tuple[int, int] | None) -> str | None:
     cuda_builds = [build for build in BUILDS if build != "cpu"]
     if driver_cuda is None:  # unknown limit: the project's choice, or the oldest (most compatible)
         return TORCH_BUILD if TORCH_BUILD != "cpu" else cuda_builds[0]
-    runnable = [build for build in cuda_builds if cuda_version(build) <= driver_cuda]
+    runnable = [build for build in cuda_builds if (cuda_version(build) or (0, 0)) <= driver_cuda]
     if TORCH_BUILD in runnable:
         return TORCH_BUILD
     return runnable[-1] if runnable else None

@@ -169,6 +169,8 @@ def train_steps(trainer: L.Trainer, module: L.LightningModule, loader: DataLoade
         with without_trainer(module), trainer.precision_plugin.train_step_context():
             output = module.training_step(batch, batch_idx)
         loss = output["loss"] if isinstance(output, Mapping) else output
+        if loss is None:
+            raise ValueError("batch_size=auto needs training_step to return the loss; pass a number instead.")
         loss.backward()
         for optimizer in trainer.optimizers:
             optimizer.step()
