@@ -208,10 +208,10 @@ class GracefulInterrupt(Callback):
     A bare KeyboardInterrupt can land anywhere, even halfway through an optimizer step, and
     leave a torn state behind. The first Ctrl-C is turned into SIGTERM, which Lightning
     handles after the current batch (the same path a preempted job takes); a second Ctrl-C
-    aborts at once. A stop that arrives during validation lets that validation finish first
-    (forward passes only): the epoch's metrics and best checkpoint are kept, and the resumed
-    run starts the next epoch instead of skipping the validation it never finished. A second
-    SIGTERM stops validation too.
+    aborts at once. On one device, a stop that arrives during validation lets that validation
+    finish first (forward passes only): the epoch's metrics and best checkpoint are kept, and
+    the resumed run starts the next epoch instead of skipping the validation it never
+    finished. A second SIGTERM stops validation too.
     """
 
     def __init__(self) -> None:
@@ -227,7 +227,10 @@ class GracefulInterrupt(Callback):
             self._lightning_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._validating = not trainer.sanity_checking
+        # One process only: under DDP the ranks must agree on when to stop, which a signal
+        # handled on each rank at its own moment cannot promise; there Lightning's own
+        # handling stays as it is.
+        self._validating = not trainer.sanity_checking and trainer.world_size == 1
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._validating = False
