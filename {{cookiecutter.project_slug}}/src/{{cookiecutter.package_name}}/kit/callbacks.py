@@ -161,18 +161,27 @@ class ExactResume(Callback):
     """Makes a resumed run continue exactly where the interrupted one stopped.
 
     The train loader's position travels in the checkpoint (`StatefulDataLoader`); this adds the
-    rest: the random generators (so dropout masks repeat) and the shuffling epoch. Lightning
-    2.6 sets a resumed run's sampler one epoch ahead when it resumes from an end-of-epoch
-    checkpoint (it passes its `processed` counter, which the restore has already moved on), so
-    the epoch is set again from `trainer.current_epoch` when each epoch starts. On the CPU
-    with a fixed seed, a resumed run ends with the very same weights as one never interrupted.
+    rest: the random generators (so dropout masks repeat) and the shuffling epoch. The saved
+    random state is put back when training starts, not when the checkpoint is read, so that
+    what runs in between (the sanity-check validation, a loader drawing its seed) cannot use it
+    up. Lightning 2.6 sets a resumed run's sampler one epoch ahead when it resumes from an
+    end-of-epoch checkpoint (it passes its `processed` counter, which the restore has already
+    moved on), so the epoch is set again from `trainer.current_epoch` when each epoch starts.
+    On the CPU with a fixed seed, a resumed run ends with the very same weights as one never
+    interrupted.
     """
 
     def __init__(self) -> None:
         self._device = torch.device("cpu")
+        self._saved_state: dict[str, Any] | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._device = trainer.strategy.root_device
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._saved_state is not None:
+            self._restore(self._saved_state)
+            self._saved_state = None
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         loader = trainer.train_dataloader
@@ -194,12 +203,15 @@ class ExactResume(Callback):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        torch.set_rng_state(state_dict["torch"])
-        if state_dict["cuda"] is not None and self._device.type == "cuda":
-            torch.cuda.set_rng_state(state_dict["cuda"], self._device)
-        kind, position, has_gauss, cached = state_dict["numpy"]["rest"]
-        np.random.set_state((kind, state_dict["numpy"]["keys"].numpy(), position, has_gauss, cached))
-        random.setstate(state_dict["python"])
+        self._saved_state = state_dict  # put back in on_train_start
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        torch.set_rng_state(state["torch"])
+        if state["cuda"] is not None and self._device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda"], self._device)
+        kind, position, has_gauss, cached = state["numpy"]["rest"]
+        np.random.set_state((kind, state["numpy"]["keys"].numpy(), position, has_gauss, cached))
+        random.setstate(state["python"])
 
 
 class GracefulInterrupt(Callback):
