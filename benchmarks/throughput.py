@@ -209,7 +209,7 @@ class FloorModule(L.LightningModule):
 
 
 def synthetic_datamodule(base: type, samples: int) -> L.LightningDataModule:
-    """The project's DataModule holding random images instead of its data: its own loaders and batching."""
+    """The project's DataModule holding random images instead of its data: its own loaders."""
 
     class SyntheticDataModule(base):  # type: ignore[misc, valid-type]
         def setup(self, stage: str) -> None:

@@ -57,7 +57,7 @@ class DigitsDataModule(L.LightningDataModule):
         """
         Args:
             batch_size: Samples per batch on each device, or `auto`: the largest that fits in
-                memory, found when `fit` starts (`tuning.BatchSizeTuner`, `--tuner.*`).
+                memory, found when `fit` starts (`kit.tuning.BatchSizeTuner`, `--tuner.*`).
             num_workers: Loader worker processes. 0 suits in-memory data (batches are a
                 tensor index away); raise it when loading from disk is the bottleneck.
             pin_memory: Page-locked host memory for faster copies to a GPU. `None`
@@ -147,7 +147,7 @@ class DigitsDataModule(L.LightningDataModule):
         assert dataset is not None, "setup() must run before the loaders are built"
         if self.batch_size == "auto":
             raise ValueError(
-                "batch_size=auto is resolved only by `fit` with tuning.BatchSizeTuner (the CLI adds it). "
+                "batch_size=auto is resolved only by `fit` with kit.tuning.BatchSizeTuner (the CLI adds it). "
                 "Pass a number, e.g. the one fit chose: it is in the run's config.yaml."
             )
         trainer = self.trainer
