@@ -11,12 +11,20 @@ import json
 import keyword
 import re
 import sys
+from pathlib import Path
 
 # The answers arrive as JSON inside a raw string, so quotes or backslashes in them cannot break
 # this script. Imported without rendering (by tests), the string is just the Jinja placeholder.
 RENDERED_ANSWERS = r"""{{ cookiecutter | tojson }}"""
 
-SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+# Unrendered (imported by tests) the answers are not JSON; cookiecutter.json is then the source.
+try:
+    ANSWERS = json.loads(RENDERED_ANSWERS)
+except json.JSONDecodeError:
+    ANSWERS = json.loads((Path(__file__).resolve().parents[1] / "cookiecutter.json").read_text())
+
+# The one list of supported Pythons lives in cookiecutter.json (a private variable, never prompted).
+SUPPORTED_PYTHONS = tuple(ANSWERS["_python_versions"])
 
 # A package with one of these names would be imported instead of the real module, or would clash
 # with a file of the generated project (main.py, src/, tests/).
@@ -42,7 +50,7 @@ PROJECT_IMPORTS = frozenset(
     }
 )
 
-# sys.stdlib_module_names only knows the running Python. The project also supports 3.10 to 3.13,
+# sys.stdlib_module_names only knows the running Python. The project also supports older ones,
 # whose standard libraries had these extra modules (removed in 3.12/3.13, or added in 3.11).
 OTHER_SUPPORTED_STDLIB = frozenset(
     {
@@ -154,7 +162,7 @@ def find_problems(answers: dict[str, str]) -> list[str]:
 
 
 def main() -> int:
-    problems = find_problems(json.loads(RENDERED_ANSWERS))
+    problems = find_problems(ANSWERS)
     for problem in problems:
         print(f"ERROR: {problem}", file=sys.stderr)
     return 1 if problems else 0

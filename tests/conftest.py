@@ -1,5 +1,6 @@
 """Helpers to render the template the two ways users do: cookiecutter's Python API and its CLI."""
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -9,6 +10,10 @@ import pytest
 from cookiecutter.main import cookiecutter
 
 TEMPLATE_ROOT = Path(__file__).resolve().parents[1]
+# cookiecutter.json is the one source of the supported Pythons and torch builds; tests read it.
+TEMPLATE_CHOICES = json.loads((TEMPLATE_ROOT / "cookiecutter.json").read_text(encoding="utf-8"))
+PYTHON_VERSIONS = TEMPLATE_CHOICES["_python_versions"]
+TORCH_BUILDS = TEMPLATE_CHOICES["torch_build"]
 COOKIECUTTER_CLI = Path(sys.executable).parent / "cookiecutter"
 
 

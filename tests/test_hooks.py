@@ -8,7 +8,7 @@ import importlib.util
 from types import ModuleType
 
 import pytest
-from conftest import TEMPLATE_ROOT, render_cli
+from conftest import PYTHON_VERSIONS, TEMPLATE_ROOT, render_cli
 
 
 def load_pre_gen_hook() -> ModuleType:
@@ -22,6 +22,7 @@ def load_pre_gen_hook() -> ModuleType:
 
 
 pre_gen = load_pre_gen_hook()
+SUPPORTED = ", ".join(PYTHON_VERSIONS)
 
 # (answers, the bad value as the message quotes it, what the message must offer instead)
 BAD_ANSWERS = [
@@ -36,9 +37,9 @@ BAD_ANSWERS = [
     pytest.param(["package_name=test"], "'test'", "use another name", id="package-shadows-test"),
     pytest.param(["package_name=json"], "'json'", "standard-library", id="package-shadows-stdlib"),
     pytest.param(["project_slug=My Project!"], "'My Project!'", "'my-project'", id="slug-invalid"),
-    pytest.param(["python_version=3.8"], "'3.8'", "3.10, 3.11, 3.12, 3.13", id="python-too-old"),
-    pytest.param(["python_version=3.14"], "'3.14'", "3.10, 3.11, 3.12, 3.13", id="python-too-new"),
-    pytest.param(["python_version=three"], "'three'", "3.10, 3.11, 3.12, 3.13", id="python-not-a-version"),
+    pytest.param(["python_version=3.8"], "'3.8'", SUPPORTED, id="python-too-old"),
+    pytest.param(["python_version=3.14"], "'3.14'", SUPPORTED, id="python-too-new"),
+    pytest.param(["python_version=three"], "'three'", SUPPORTED, id="python-not-a-version"),
     pytest.param(["project_name="], "project_name is empty", "e.g.", id="name-empty"),
     pytest.param(["project_name=   "], "project_name is empty", "e.g.", id="name-blank"),
     pytest.param(["project_name=!!!"], "'!!!'", "letter or digit", id="name-without-letters"),

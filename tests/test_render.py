@@ -1,13 +1,14 @@
 """Every answer a user can give renders a complete project: names, licence and Python version land
 where they belong, and no Jinja is left behind."""
 
+import importlib.util
 import re
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import tomllib
-from conftest import render
+from conftest import PYTHON_VERSIONS, TORCH_BUILDS, render
 
 DEFAULT_SLUG = "digits-classifier"
 DEFAULT_PACKAGE = "digits_classifier"
@@ -152,7 +153,7 @@ def test_only_the_chosen_license_is_kept_with_author_and_year(tmp_path, license_
     assert any(year in copyright_lines[0] for year in years_during_render)
 
 
-@pytest.mark.parametrize("torch_build", ["cpu", "cu126", "cu128", "cu130"])
+@pytest.mark.parametrize("torch_build", TORCH_BUILDS)
 def test_next_steps_install_the_chosen_torch_build(tmp_path, capfd, torch_build):
     project = render(tmp_path, torch_build=torch_build)
 
@@ -171,10 +172,22 @@ def test_next_steps_install_the_chosen_torch_build(tmp_path, capfd, torch_build)
     assert commands == steps
 
 
-@pytest.mark.parametrize("python_version", ["3.10", "3.11", "3.12", "3.13"])
+@pytest.mark.parametrize("python_version", PYTHON_VERSIONS)
 def test_python_version_sets_the_minimum_python_and_lint_target(tmp_path, python_version):
     project = render(tmp_path, python_version=python_version)
 
     assert_complete_project(project, DEFAULT_SLUG, DEFAULT_PACKAGE, python_version)
     pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["tool"]["ruff"]["target-version"] == "py" + python_version.replace(".", "")
+
+
+def test_the_projects_torch_builds_are_the_templates_choices(tmp_path):
+    """The doctor and the GPU sessions suggest builds from kit/torch_build.py; the prompt offers
+    cookiecutter.json's list. Adding a build means adding it to both, and this says where."""
+    project = render(tmp_path)
+    (path,) = project.glob("src/*/kit/torch_build.py")
+    spec = importlib.util.spec_from_file_location("torch_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    assert list(module.BUILDS) == TORCH_BUILDS, "update kit/torch_build.py BUILDS and cookiecutter.json together"
