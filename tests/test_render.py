@@ -190,4 +190,4 @@ def test_the_projects_torch_builds_are_the_templates_choices(tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
 
-    assert list(module.BUILDS) == TORCH_BUILDS, "update kit/torch_build.py BUILDS and cookiecutter.json together"
+    assert list(module.BUILDS) == TORCH_BUILDS, "change kit/torch_build.py and cookiecutter.json together"
