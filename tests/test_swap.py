@@ -3,10 +3,12 @@
 A rendered project gets a different network (an MLP, chosen in YAML) and a different data set
 (an ordinary map-style Dataset reading one sample per file from disk, with loader workers), the
 way a user would bring their own. Then it trains, runs DDP on CPU, tunes its batch size and
-resumes exactly after a SIGTERM, through `main.py` as a user runs it.
+resumes exactly after a SIGTERM, through `main.py` as a user runs it; and the kit's own tests
+(`tests/kit`) pass with the user's room gone altogether.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -111,7 +113,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def fit(project: Path, workdir: Path, *flags: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "src"), str(project / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "src"), str(project / "tests" / "kit")])}
     command = [
         sys.executable,
         str(project / "main.py"),
@@ -166,9 +168,9 @@ def test_swapped_project_resumes_exactly_with_loader_workers(project, tmp_path):
     straight.mkdir()
     stopped.mkdir()
     fit(project, straight, *steps)
-    interrupted = fit(
-        project, stopped, *steps, "--trainer.callbacks+=faults.SignalAt", "--trainer.callbacks.step=12"
-    )
+    signal_at = ("--trainer.callbacks+=faults.SignalAt", "--trainer.callbacks.step=12")
+    interrupted = fit(project, stopped, *steps, *signal_at, check=False)
+    assert interrupted.returncode == 143, interrupted.stderr[-3000:]  # 128 + SIGTERM: stopped, not finished
     assert "Received SIGTERM" in interrupted.stdout + interrupted.stderr
     assert last_checkpoint(stopped)["global_step"] == 12
     fit(project, stopped, *steps, "--ckpt_path=last")
@@ -176,3 +178,29 @@ def test_swapped_project_resumes_exactly_with_loader_workers(project, tmp_path):
     assert second["global_step"] == 30
     for name, tensor in first["state_dict"].items():
         assert torch.equal(tensor, second["state_dict"][name]), f"{name} differs after the resume"
+
+
+# The user's room: the example's modules, the swap's own, and main.py. The kit never needs them.
+USER_ROOM = ("network.py", "model.py", "data.py", "sources.py", "cli.py", "my_parts.py")
+
+
+@pytest.mark.slow
+def test_the_kits_tests_pass_whatever_the_users_room_holds(project, tmp_path):
+    """The promise: replace the example and not a single kit test breaks. Here the swapped
+    project's room is emptied outright, and tests/kit runs in full (slow tests too, GPU aside)."""
+    bare = tmp_path / "bare"
+    shutil.copytree(project, bare, ignore=shutil.ignore_patterns("logs", "*.egg-info", "__pycache__"))
+    for name in USER_ROOM:
+        (bare / "src" / PACKAGE / name).unlink()
+    (bare / "main.py").unlink()
+    kit_tests = sorted(path.name for path in (bare / "tests" / "kit").glob("test_*.py"))
+    assert "test_tuning.py" in kit_tests and "test_visuals.py" in kit_tests
+
+    pytest_kit = ["pytest", "-q", "-rA", "-p", "no:cacheprovider", "-m", "not gpu", "tests/kit"]
+    env = {**os.environ, "PYTHONPATH": str(bare / "src")}  # this copy, not the installed project
+    result = subprocess.run(
+        [sys.executable, "-m", *pytest_kit], cwd=bare, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    passed = {line.split("::")[0] for line in result.stdout.splitlines() if line.startswith("PASSED ")}
+    assert passed == {f"PASSED tests/kit/{name}" for name in kit_tests}, "every kit test file ran"

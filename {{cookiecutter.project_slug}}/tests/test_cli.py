@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from lightning.pytorch.cli import SaveConfigCallback
 
 from conftest import tensorboard_scalars
 from {{ cookiecutter.package_name }}.cli import ProjectCLI
@@ -76,36 +77,60 @@ class BuildOnlyCLI(ProjectCLI):
     validate = test = predict = fit
 
 
-FIT_ONLY = {
-    "ExactResume",
-    "GracefulInterrupt",
-    "StopOnNonFiniteLoss",
-    "BestCheckpoint",
-    "LastCheckpoint",
-}
+KIT_ALWAYS = {"ExactResume", "GracefulInterrupt", "StopOnNonFiniteLoss", "PredictionWriter"}
+CHECKPOINTS = {"BestCheckpoint", "LastCheckpoint"}
 
 
 @pytest.mark.parametrize(
     ("args", "present", "absent"),
     [
-        (["fit"], FIT_ONLY, {"PredictionWriter", "BatchSizeTuner"}),
+        (["fit"], KIT_ALWAYS | CHECKPOINTS | {"TQDMProgressBar"}, {"BatchSizeTuner"}),
         (["fit", "--data.batch_size=auto"], {"BatchSizeTuner"}, set()),
         (["fit", "--data.batch_size=32", "--tuner.scale_lr=linear"], {"BatchSizeTuner"}, set()),
-        (["fit", "--trainer.enable_checkpointing=false"], set(), {"BestCheckpoint", "LastCheckpoint"}),
-        (["predict"], {"PredictionWriter"}, FIT_ONLY | {"BatchSizeTuner"}),
-        (["test"], set(), FIT_ONLY | {"BatchSizeTuner", "PredictionWriter"}),
+        (["fit", "--trainer.enable_checkpointing=false"], KIT_ALWAYS, CHECKPOINTS),
+        (["fit", "--trainer.enable_progress_bar=false"], KIT_ALWAYS, {"TQDMProgressBar"}),
+        (["fit", "--trainer.callbacks=[]"], CHECKPOINTS, KIT_ALWAYS),  # replaced, as Lightning documents
+        (["predict"], KIT_ALWAYS, CHECKPOINTS | {"BatchSizeTuner"}),
+        (["test"], KIT_ALWAYS, CHECKPOINTS | {"BatchSizeTuner"}),
     ],
 )
-def test_each_subcommand_gets_the_callbacks_it_needs_and_no_others(
+def test_each_run_gets_the_callbacks_its_config_and_flags_ask_for(
     tmp_path, monkeypatch, args, present, absent
 ):
-    # Lightning calls every callback at every hook of every step: an idle one still costs time.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["main.py"])
     cli = BuildOnlyCLI(default_config_files=[DEFAULT_CONFIG], args=args)
     names = {type(callback).__name__ for callback in cli.trainer.callbacks}
     assert present <= names, f"missing {present - names}"
-    assert not absent & names, f"unneeded {absent & names}"
+    assert not absent & names, f"unexpected {absent & names}"
+
+
+# Where --print_config shows a callback that is configured as a group rather than listed.
+SHOWN_AS = {
+    "BestCheckpoint": "checkpoint:",
+    "LastCheckpoint": "last_checkpoint:",
+    "BatchSizeTuner": "tuner:",
+    "TQDMProgressBar": "progress_bar:",
+    "ModelSummary": "enable_model_summary:",  # Lightning's own, behind its Trainer flag
+    "RichModelSummary": "enable_model_summary:",  # the same, when rich is installed
+    "ModelCheckpoint": "enable_checkpointing:",  # Lightning's default outside fit, idle there
+}
+
+
+@pytest.mark.parametrize("args", [["fit", "--data.batch_size=auto"], ["predict"]])
+def test_every_callback_of_a_run_shows_in_print_config(tmp_path, monkeypatch, capsys, args):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["main.py"])
+    cli = BuildOnlyCLI(default_config_files=[DEFAULT_CONFIG], args=args)
+    with pytest.raises(SystemExit):
+        BuildOnlyCLI(default_config_files=[DEFAULT_CONFIG], args=[*args, "--print_config"])
+    printed = capsys.readouterr().out
+    for callback in cli.trainer.callbacks:
+        name = type(callback).__name__
+        if isinstance(callback, SaveConfigCallback):  # LightningCLI's: writes this config to the run
+            continue
+        shown = SHOWN_AS.get(name, f"{type(callback).__module__}.{name}")
+        assert shown in printed, f"{name} runs but --print_config does not show it"
 
 
 @pytest.mark.slow

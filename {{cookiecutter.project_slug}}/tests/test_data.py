@@ -122,6 +122,7 @@ def test_any_map_style_dataset_loads_through_the_datamodule_loaders(tmp_path):
     "kwargs",
     [
         {"batch_size": 0},
+        {"batch_size": "big"},
         {"num_workers": -1},
         {"val_fraction": 0.0},
         {"val_fraction": 0.5, "test_fraction": 0.5},
@@ -130,6 +131,14 @@ def test_any_map_style_dataset_loads_through_the_datamodule_loaders(tmp_path):
 def test_bad_settings_are_refused_with_the_value_named(kwargs):
     with pytest.raises(ValueError, match=str(next(iter(kwargs.values())))):
         DigitsDataModule(**kwargs)
+
+
+def test_batch_size_auto_is_only_for_fit_and_the_error_says_what_to_pass():
+    """Only `fit` runs the search (the kit's BatchSizeTuner); other loaders need a number."""
+    datamodule = DigitsDataModule(batch_size="auto")
+    datamodule.setup("test")
+    with pytest.raises(ValueError, match=r"resolved only by `fit`.*Pass a number"):
+        datamodule.test_dataloader()
 
 
 def test_an_npz_file_of_your_own_sets_shape_and_classes(tmp_path):

@@ -7,13 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from conftest import tensorboard_scalars
-from {{ cookiecutter.package_name }}.data import stratified_split
-from {{ cookiecutter.package_name }}.sources import load_digits_tensors
+from {{ cookiecutter.package_name }}.kit.cli import EXIT_STOPPED
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MAX_STEPS = 90  # 20 batches per epoch: epochs end at steps 20, 40, 60, 80
@@ -38,8 +36,8 @@ def run_fit(
     save_dir: Path, *flags: str, interrupt: signal.Signals | None = None
 ) -> subprocess.CompletedProcess:
     """Run `main.py fit`; with `interrupt`, send that signal from outside once a last.ckpt exists."""
-    # tests/ on the path: `--trainer.callbacks+=faults.SignalAt` names a class of this folder.
-    path = [str(PROJECT_ROOT / "src"), str(PROJECT_ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    # tests/kit on the path: `--trainer.callbacks+=faults.SignalAt` names a class there.
+    path = [str(PROJECT_ROOT / "src"), str(PROJECT_ROOT / "tests" / "kit"), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     process = subprocess.Popen(
         fit_command(save_dir, *flags),
@@ -123,7 +121,8 @@ def test_a_run_stopped_at_any_phase_resumes_to_the_same_weights(tmp_path, uninte
     if signum == signal.SIGKILL:
         assert stopped.returncode == -signal.SIGKILL, stopped.stdout
     else:
-        assert stopped.returncode == 0 and "Received SIGTERM" in stopped.stdout, stopped.stdout
+        assert stopped.returncode == EXIT_STOPPED and "Received SIGTERM" in stopped.stdout, stopped.stdout
+        assert "resume with `fit --ckpt_path=last`" in stopped.stdout
     interrupted = last_checkpoint(tmp_path)
     assert interrupted["global_step"] == saved_step
     if phase == "validation" and signum != signal.SIGKILL:
@@ -145,7 +144,7 @@ def test_a_run_stopped_at_any_phase_resumes_to_the_same_weights(tmp_path, uninte
 @pytest.mark.parametrize("interrupt", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_from_outside_at_any_moment_resumes_to_the_same_weights(tmp_path, uninterrupted, interrupt):
     stopped = run_fit(tmp_path, interrupt=interrupt)
-    assert stopped.returncode == 0 and "Received SIGTERM" in stopped.stdout, stopped.stdout
+    assert stopped.returncode == EXIT_STOPPED and "Received SIGTERM" in stopped.stdout, stopped.stdout
     assert "`Trainer.fit` stopped" not in stopped.stdout, "the run finished before the signal landed"
     assert 0 < last_checkpoint(tmp_path)["global_step"] < MAX_STEPS
     assert_resumes_exactly(tmp_path, uninterrupted)
@@ -162,18 +161,10 @@ def test_same_seed_same_config_gives_identical_runs(tmp_path, uninterrupted):
 
 @pytest.mark.slow
 def test_non_finite_loss_stops_naming_the_step_and_keeps_good_weights(tmp_path):
-    # Real digits with one corrupted training image: the loss turns NaN at the step that draws it.
-    images, labels = load_digits_tensors()
-    train, _, _ = stratified_split(labels, val_fraction=0.1, test_fraction=0.2, seed=0)
-    images[train[0]] = float("nan")
-    data = tmp_path / "corrupted.npz"
-    np.savez(data, images=images.numpy(), labels=labels.numpy())
-
-    result = run_fit(tmp_path, f"--data.data_path={data}")
+    result = run_fit(tmp_path, "--trainer.callbacks+=faults.NaNBatchAt", "--trainer.callbacks.step=17")
     assert result.returncode == 1, result.stdout
     message = result.stdout.strip().splitlines()[-1]
-    assert "the training loss is nan at step" in message and "gradient_clip_val" in message, message
-    failed_step = int(message.split("at step ")[1].split()[0])
+    assert "the training loss is nan at step 17" in message and "gradient_clip_val" in message, message
     checkpoint = last_checkpoint(tmp_path)
-    assert checkpoint["global_step"] == failed_step  # the state from just before the bad step
+    assert checkpoint["global_step"] == 17  # the state from just before the bad step
     assert all(t.isfinite().all() for t in checkpoint["state_dict"].values() if t.is_floating_point())

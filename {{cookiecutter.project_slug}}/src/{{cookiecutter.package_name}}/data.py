@@ -10,9 +10,11 @@ from typing import Literal
 
 import lightning as L
 import torch
-from torch.utils.data import Dataset, DistributedSampler, Sampler, TensorDataset
+from torch.utils.data import Dataset, DistributedSampler, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from .kit.batching import TensorBatchDataset, collate
+from .kit.data_checks import check_split_sizes
 from .sources import load_digits_tensors, load_npz_tensors
 
 
@@ -106,9 +108,12 @@ class DigitsDataModule(L.LightningDataModule):
             return
         images, labels = load_digits_tensors() if self.data_path is None else load_npz_tensors(self.data_path)
         train, val, test = stratified_split(labels, self.val_fraction, self.test_fraction, self.seed)
-        self.train_set = TensorDataset(images[train], labels[train])
-        self.val_set = TensorDataset(images[val], labels[val])
-        self.test_set = TensorDataset(images[test], labels[test])
+        sizes = {"train": len(train), "val": len(val), "test": len(test)}
+        check_split_sizes(sizes, f"data file {self.data_path}" if self.data_path else "the digits")
+        # A TensorDataset that also serves whole batches at once (any Dataset works here).
+        self.train_set = TensorBatchDataset(images[train], labels[train])
+        self.val_set = TensorBatchDataset(images[val], labels[val])
+        self.test_set = TensorBatchDataset(images[test], labels[test])
 
     def train_dataloader(self) -> StatefulDataLoader:
         # The shuffled order is a function of (seed, epoch) alone, so a resumed run replays it
@@ -159,6 +164,7 @@ class DigitsDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             pin_memory=on_gpu if self.pin_memory is None else self.pin_memory,
             persistent_workers=self.num_workers > 0,
+            collate_fn=collate,  # default_collate, plus whole batches from TensorBatchDataset
             # Worker seeds from a generator of its own: iterating leaves the global random
             # state (dropout masks) alone.
             generator=torch.Generator().manual_seed(self.seed),

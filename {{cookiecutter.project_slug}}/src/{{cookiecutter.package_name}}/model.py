@@ -86,10 +86,9 @@ class Classifier(L.LightningModule):
         """Whether the logger writes this step's values: once every `trainer.log_every_n_steps`.
 
         `self.log` costs about a millisecond, a tenth of this small model's step on a CPU, and on
-        the other steps its value would be overwritten unseen. A step run without a trainer (as
-        the batch-size search does) logs nothing anyway.
+        the other steps its value would be overwritten unseen.
         """
-        every = self._trainer.log_every_n_steps if self._trainer is not None else 0
+        every = self.trainer.log_every_n_steps
         return every > 0 and (self.global_step + 1) % every == 0
 
     def _evaluate(self, batch: Batch, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> None:

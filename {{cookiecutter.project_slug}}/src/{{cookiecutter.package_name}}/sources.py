@@ -10,12 +10,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .kit.data_checks import checked_images, checked_labels
+
 
 class DataSourceError(Exception):
     """The data source is missing or unreadable; the message names the path and the fix."""
 
 
-NPZ_FORMAT = "an .npz file with arrays 'images' (N, C, H, W), floats in [0, 1], and 'labels' (N,), integers"
+NPZ_FORMAT = (
+    "an .npz file with arrays 'images' (N, C, H, W), floats in [0, 1] or uint8 0-255, "
+    "and 'labels' (N,), class numbers 0..K-1"
+)
 
 
 def load_digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,7 +45,10 @@ def load_npz_tensors(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     if not path.is_file():
         raise DataSourceError(f"data file {path} does not exist: pass {NPZ_FORMAT}, or leave data_path unset")
     try:
-        with np.load(path) as arrays:
+        arrays = np.load(path, allow_pickle=False)
+        if not isinstance(arrays, np.lib.npyio.NpzFile):  # an .npy file: one array, no labels
+            raise ValueError(f"it holds one array of shape {arrays.shape}, not named arrays")
+        with arrays:
             images, labels = arrays["images"], arrays["labels"]
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
         raise DataSourceError(f"data file {path} is not {NPZ_FORMAT} ({error})") from None
@@ -48,4 +56,5 @@ def load_npz_tensors(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         raise DataSourceError(
             f"data file {path} holds images {images.shape} and labels {labels.shape}; expected {NPZ_FORMAT}"
         )
-    return torch.as_tensor(images, dtype=torch.float32), torch.as_tensor(labels, dtype=torch.long)
+    # Label range and type, pixel scale, NaN: one line each, before any training.
+    return checked_images(images, f"data file {path}"), checked_labels(labels, f"data file {path}")

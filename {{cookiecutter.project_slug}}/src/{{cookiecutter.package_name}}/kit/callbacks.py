@@ -8,6 +8,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
+from weakref import proxy
 
 import lightning as L
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from lightning.pytorch import callbacks
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
 # Metric names whose direction goes without saying; anything else must state its mode.
@@ -35,6 +37,28 @@ def metric_mode(monitor: str) -> Literal["min", "max"]:
     )
 
 
+def is_collective_stop(error: BaseException) -> bool:
+    """Whether every DDP rank raised this at the same step: a stop they agreed on."""
+    return isinstance(error, SIGTERMException | NonFiniteLossError)
+
+
+def save_atomically(trainer: L.Trainer, path: Path, weights_only: bool = False) -> None:
+    """Write a checkpoint to a hidden temporary file, then rename it into place.
+
+    A kill or a full disk mid-write leaves the previous file intact and no partial `*.ckpt`
+    that `--ckpt_path=best|last` could pick. Every rank takes part (DDP); rank 0 writes.
+    """
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        trainer.save_checkpoint(partial, weights_only)
+    except BaseException:
+        if trainer.is_global_zero:
+            partial.unlink(missing_ok=True)
+        raise
+    if trainer.is_global_zero:
+        os.replace(partial, path)
+
+
 class BestCheckpoint(ModelCheckpoint):
     """Keeps the checkpoint with the best value of `monitor` (validation accuracy), `best-*.ckpt`.
 
@@ -52,6 +76,15 @@ class BestCheckpoint(ModelCheckpoint):
             filename="best-epoch{epoch:03d}-step{step:06d}",
             auto_insert_metric_name=False,
         )
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        # ModelCheckpoint's own write, made atomic; the bookkeeping is as Lightning 2.6 does it.
+        save_atomically(trainer, Path(filepath), self.save_weights_only)
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(proxy(self))
 
 
 class LearningRateMonitor(callbacks.LearningRateMonitor):
@@ -113,17 +146,22 @@ class LastCheckpoint(ModelCheckpoint):
         self._save(trainer)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, error: BaseException) -> None:
-        self._save(trainer)
+        if trainer.world_size > 1 and not is_collective_stop(error):
+            # Saving needs every rank, but the others are elsewhere: waiting for them would hang.
+            print(f"[rank {trainer.global_rank}] {type(error).__name__}: last.ckpt not updated.", flush=True)
+            return
+        try:
+            self._save(trainer)
+        except OSError as save_error:  # e.g. the disk that just filled up: report the first error
+            rank_zero_info(f"Could not save last.ckpt on the way out: {save_error}")
 
     def _save(self, trainer: L.Trainer) -> None:
         if trainer.sanity_checking or trainer.fast_dev_run or trainer.global_step == self._saved_at_step:
             return
-        assert self.dirpath is not None, "ModelCheckpoint.setup resolves the folder before training"
+        if self.dirpath is None:  # failed before ModelCheckpoint.setup: no training state yet
+            return
         path = Path(self.dirpath) / self.FILE_NAME
-        partial = path.with_name(f".{self.FILE_NAME}.partial")
-        trainer.save_checkpoint(partial)  # every rank takes part; rank 0 writes
-        if trainer.is_global_zero:
-            os.replace(partial, path)
+        save_atomically(trainer, path)
         self._saved_at_step = trainer.global_step
         self.last_model_path = str(path)
 
@@ -214,16 +252,29 @@ class ExactResume(Callback):
         random.setstate(state["python"])
 
 
+class StopRequested(SIGTERMException):
+    """A signal reached some rank; every rank stops at the end of the same step (DDP)."""
+
+
 class GracefulInterrupt(Callback):
     """Makes Ctrl-C and SIGTERM stop training cleanly: finish the step, save `last.ckpt`, exit.
 
     A bare KeyboardInterrupt can land anywhere, even halfway through an optimizer step, and
-    leave a torn state behind. The first Ctrl-C is turned into SIGTERM, which Lightning
-    handles after the current batch (the same path a preempted job takes); a second Ctrl-C
-    aborts at once. On one device, a stop that arrives during validation lets that validation
-    finish first (forward passes only): the epoch's metrics and best checkpoint are kept, and
-    the resumed run starts the next epoch instead of skipping the validation it never
-    finished. A second SIGTERM stops validation too.
+    leave a torn state behind. The first Ctrl-C is turned into SIGTERM; a second Ctrl-C aborts
+    at once.
+
+    On one device, SIGTERM goes to Lightning, which stops after the current batch (the path a
+    preempted job takes). A stop that arrives during validation lets that validation finish
+    first (forward passes only): the epoch's metrics and best checkpoint are kept, and the
+    resumed run starts the next epoch instead of skipping the validation it never finished. A
+    second SIGTERM stops validation too.
+
+    Under DDP the handler only notes the signal: Lightning's own runs a collective inside the
+    handler, on the signalled rank alone, which can leave the ranks waiting in different
+    collectives for ever. After each training step the ranks agree whether any of them was
+    signalled and, if so, all stop at that step, so last.ckpt is consistent. (Not after an
+    epoch's last step: that state would resume in the wrong epoch; the next step decides.)
+    An error on one rank alone ends the others too, instead of leaving them waiting.
     """
 
     def __init__(self) -> None:
@@ -231,24 +282,38 @@ class GracefulInterrupt(Callback):
         self._lightning_sigterm: Any = None
         self._validating = False
         self._deferred = False
+        self._distributed = False
+        self._requested = False  # a signal reached this rank (DDP)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Here, not in on_fit_start: Lightning installs its own SIGTERM handler in between.
+        self._distributed = trainer.world_size > 1
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_ctrl_c)
             self._lightning_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
 
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if not self._distributed or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            return
+        if trainer.strategy.reduce_boolean_decision(self._requested, all=False):
+            raise StopRequested()
+
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # One process only: under DDP the ranks must agree on when to stop, which a signal
-        # handled on each rank at its own moment cannot promise; there Lightning's own
-        # handling stays as it is.
-        self._validating = not trainer.sanity_checking and trainer.world_size == 1
+        self._validating = not trainer.sanity_checking and not self._distributed
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._validating = False
         if self._deferred:  # now Lightning stops after this step, saving on the way out
             self._deferred = False
             self._pass_to_lightning(signal.SIGTERM, None)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, error: BaseException) -> None:
+        # An error on one DDP rank: the other ranks wait in a collective that will never
+        # complete. The main process ends the ones it started (Lightning does the same on
+        # Ctrl-C); torchrun and SLURM's srun --kill-on-bad-exit end theirs.
+        launcher = trainer.strategy.launcher
+        if self._distributed and not is_collective_stop(error) and launcher is not None:
+            launcher.kill(signal.SIGKILL)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self._previous_sigint is not None:
@@ -264,6 +329,10 @@ class GracefulInterrupt(Callback):
         os.kill(os.getpid(), signal.SIGTERM)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self._distributed:
+            self._requested = True
+            print(f"Received SIGTERM on PID {os.getpid()}: every rank stops after this step.", flush=True)
+            return
         if self._validating and not self._deferred:
             self._deferred = True
             rank_zero_info("\nStop requested: finishing this validation first, then saving last.ckpt.")
@@ -284,15 +353,34 @@ class StopOnNonFiniteLoss(Callback):
     """Stops training at the first NaN or infinite loss, before it reaches the weights.
 
     It checks before the backward pass, so the weights (and the `last.ckpt` saved on the way
-    out) are those of the last good step. Under DDP the ranks agree, so none is left waiting.
+    out) are those of the last good step. The forward pass of the bad batch has already moved
+    the buffers (BatchNorm's running statistics), so they are copied at each step's start and
+    put back. Under DDP the ranks agree, so none is left waiting.
     """
+
+    def __init__(self) -> None:
+        self._saved_buffers: list[Tensor] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        buffers = [buffer for buffer in pl_module.buffers() if buffer.is_floating_point()]
+        if len(self._saved_buffers) != len(buffers):
+            self._saved_buffers = [buffer.detach().clone() for buffer in buffers]
+            return
+        with torch.no_grad():
+            for saved, buffer in zip(self._saved_buffers, buffers, strict=True):
+                saved.copy_(buffer)
 
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
         bad = not bool(torch.isfinite(loss).all())
         if trainer.strategy.reduce_boolean_decision(bad, all=False):
+            buffers = [buffer for buffer in pl_module.buffers() if buffer.is_floating_point()]
+            with torch.no_grad():
+                for saved, buffer in zip(self._saved_buffers, buffers, strict=True):
+                    buffer.copy_(saved)
+            saved = any(isinstance(callback, LastCheckpoint) for callback in trainer.callbacks)
             raise NonFiniteLossError(
                 f"the training loss is {loss.item()} at step {trainer.global_step} "
-                f"(epoch {trainer.current_epoch}); training stopped before it changed the weights, and "
-                "last.ckpt holds the last good state. Try a lower learning rate, gradient clipping "
-                "(--trainer.gradient_clip_val=1.0), or check the data."
+                f"(epoch {trainer.current_epoch}); training stopped before it changed the weights"
+                f"{', and last.ckpt holds the last good state' if saved else ''}. Try a lower learning "
+                "rate, gradient clipping (--trainer.gradient_clip_val=1.0), or check the data."
             )

@@ -7,6 +7,7 @@ tuning (`--data.batch_size=auto`, `--tuner.*`), `--ckpt_path=best|last` across r
 checks before anything starts, and one line with exit code 2 for mistakes a user can fix.
 """
 
+import errno
 import importlib
 import inspect
 import sys
@@ -18,12 +19,18 @@ import lightning as L
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback, ProgressBar, TQDMProgressBar
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSchedulerTypeUnion
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.cli import (
+    LightningArgumentParser,
+    LightningCLI,
+    LRSchedulerTypeUnion,
+    SaveConfigCallback,
+)
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import CyclicLR, OneCycleLR, ReduceLROnPlateau
 
-from . import hardware, launcher
+from . import data_checks, hardware, launcher, resume
 from .callbacks import (
     BestCheckpoint,
     ExactResume,
@@ -37,6 +44,16 @@ from .checkpoints import CheckpointNotFoundError, find_checkpoint, next_version,
 from .tuning import BatchSizeTuner
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
+# A run stopped by Ctrl-C or SIGTERM (preemption) exits with 128 + SIGTERM, as if the signal had
+# ended it: `fit && test` does not test a half-trained model, and a scheduler can tell a
+# preempted job from a finished one.
+EXIT_STOPPED = 143
+# Write errors a user fixes by freeing space or choosing another folder.
+UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
+# Always on, and idle where they have nothing to do (the first three act in fit only, the writer
+# in predict only): exact resume, clean stops on Ctrl-C/SIGTERM, a clear stop on a NaN loss,
+# predictions.csv.
+KIT_CALLBACKS = (ExactResume, GracefulInterrupt, StopOnNonFiniteLoss, PredictionWriter)
 EPILOG = "Check this machine's torch, GPUs and driver: python main.py doctor"
 # Schedulers whose own docs say to step them after every batch, not every epoch.
 PER_STEP_SCHEDULERS = (OneCycleLR, CyclicLR)
@@ -49,6 +66,11 @@ class UsageError(Exception):
 class KitCLI(LightningCLI):
     """LightningCLI with checkpoints, exact resume and the checks above; subclass it per project."""
 
+    # DataModule/model settings a resumed run may change: how batches reach the device, not what
+    # they hold or in which order. A new batch size would skip a different number of samples,
+    # and a loader's saved position only fits a loader with as many worker processes.
+    resume_may_change = frozenset({"pin_memory", "prefetch_factor"})
+
     def __init__(
         self,
         model_class: type[L.LightningModule],
@@ -58,13 +80,24 @@ class KitCLI(LightningCLI):
     ) -> None:
         # default_env: PL_FIT__TRAINER__MAX_EPOCHS=1 and friends, as in Lightning's docs (the
         # main parser reads the environment too, so it is on at both levels).
-        defaults = {"default_config_files": [str(path) for path in default_config_files], "default_env": True}
+        # allow_abbrev=False: a misspelt --trainer.max_epoch is an error, not a guess.
+        defaults = {
+            "default_config_files": [str(path) for path in default_config_files],
+            "default_env": True,
+            "allow_abbrev": False,
+        }
         kwargs.setdefault(
             "parser_kwargs",
-            {"epilog": EPILOG, "default_env": True, **{name: defaults for name in SUBCOMMANDS}},
+            {
+                "epilog": EPILOG,
+                "default_env": True,
+                "allow_abbrev": False,
+                **{name: defaults for name in SUBCOMMANDS},
+            },
         )
         # A rerun into an existing run folder (e.g. a resume) rewrites its config.yaml.
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault("save_config_callback", RunConfig)
         super().__init__(model_class, datamodule_class, **kwargs)
 
     @staticmethod
@@ -95,11 +128,47 @@ class KitCLI(LightningCLI):
         return {"optimizer": optimizer, "lr_scheduler": scheduler}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # Settings of the callbacks this CLI adds itself (`subcommand_callbacks`), as flags and
-        # YAML keys: --checkpoint.monitor, --last_checkpoint.every_n_train_steps, --tuner.*.
+        # The kit's always-on callbacks are ordinary entries of trainer.callbacks, so
+        # --print_config lists them and --trainer.callbacks replaces or (+=) extends them as
+        # Lightning documents. A config file that sets trainer.callbacks lists them itself.
+        parser.set_defaults({"trainer.callbacks": [{"class_path": class_path(c)} for c in KIT_CALLBACKS]})
+        # Callbacks that a Trainer flag switches on or off, as config groups (flags and YAML keys):
+        # --checkpoint.* and --last_checkpoint.* (enable_checkpointing), --tuner.*
+        # (--data.batch_size=auto), --progress_bar.* (enable_progress_bar).
         parser.add_class_arguments(BestCheckpoint, "checkpoint", instantiate=False)
         parser.add_class_arguments(LastCheckpoint, "last_checkpoint", instantiate=False)
-        parser.add_class_arguments(BatchSizeTuner, "tuner", instantiate=False)  # --data.batch_size=auto
+        parser.add_class_arguments(BatchSizeTuner, "tuner", instantiate=False)
+        parser.add_class_arguments(TQDMProgressBar, "progress_bar", instantiate=False)
+        # Lightning's default bar (Rich, when installed) redraws 100 times a second from a second
+        # thread: in a terminal that slows a small model's steps by a third.
+        parser.set_defaults({"progress_bar.refresh_rate": 10})
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Resolve `--ckpt_path=best|last` and check the file before Lightning reads it.
+
+        LightningCLI then builds the model with the hyperparameters stored in the checkpoint
+        (for a file path; here also for best and last), so `test --ckpt_path=best` rebuilds the
+        network it trained. A resumed `fit` must not contradict them: a flag that asks for other
+        model settings, or data settings unlike the checkpoint's, is refused rather than ignored.
+        """
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand) if subcommand else None
+        if config is None or not config.get("ckpt_path"):
+            return
+        if config.ckpt_path in ("best", "last"):
+            config.ckpt_path = str(self._find_checkpoint(config, config.ckpt_path))
+        if not resume.is_local(config.ckpt_path):
+            return
+        checkpoint = Path(config.ckpt_path)
+        resume.check_whole(checkpoint)
+        if subcommand == "fit":
+            baseline = parser.parse_args([subcommand])[subcommand]  # what no flag at all would give
+            model = changed(config.get("model"), baseline.get("model"))
+            data = (config.get("data") or Namespace()).as_dict()
+            resume.check_settings_agree(
+                checkpoint, model, data.get("init_args", data), self.resume_may_change
+            )
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
@@ -107,8 +176,13 @@ class KitCLI(LightningCLI):
         if launch is not None:  # started by torchrun: join its processes into one run
             rank_zero_info(launcher.match_launch(config.trainer, launch))
         hardware.check_request(config.trainer.accelerator, config.trainer.devices)
-        if config.get("ckpt_path") in ("best", "last"):
-            config.ckpt_path = str(self._find_checkpoint(config, config.ckpt_path))
+        if self.subcommand == "fit" and config.get("ckpt_path") and resume.is_local(config.ckpt_path):
+            self._continue_run(config, Path(config.ckpt_path))
+        if self.subcommand != "fit" and config.get("data", Namespace()).get("batch_size") == "auto":
+            raise UsageError(
+                f"--data.batch_size=auto is resolved by `fit` only; `{self.subcommand}` needs a number, "
+                "e.g. the one fit chose: it is in the run's config.yaml."
+            )
         share_one_version(config.trainer)
         if self.subcommand == "fit":
             # jsonargparse keeps the settings a new class shares with the old one (--optimizer=Adam
@@ -121,6 +195,15 @@ class KitCLI(LightningCLI):
                 "Pass --ckpt_path=best, --ckpt_path=last or a checkpoint file to use trained ones."
             )
 
+    def instantiate_classes(self) -> None:
+        # A model's or DataModule's ValueError on its settings (batch_size=0, ...) and the
+        # Trainer's refusals (an unknown accelerator, FSDP without a GPU) are messages for the
+        # user, not tracebacks.
+        try:
+            super().instantiate_classes()
+        except ValueError as error:
+            raise UsageError(one_line(error)) from error
+
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
         callbacks = [*(config.trainer.get("callbacks") or []), *self.subcommand_callbacks(config)]
@@ -129,27 +212,17 @@ class KitCLI(LightningCLI):
         return trainer
 
     def subcommand_callbacks(self, config: Any) -> list[Callback]:
-        """The callbacks this subcommand needs besides the config's own, and nothing more.
-
-        Lightning calls every callback at every hook of every step, needed or not (about 5 us
-        each on a CPU), so the fit-only ones stay out of validate/test/predict and the other way
-        round. `--trainer.enable_checkpointing=false` is honoured by adding no checkpoints.
-        """
+        """The config groups' callbacks this run asks for: each only when its Trainer flag is on."""
         callbacks: list[Callback] = []
-        if self.subcommand == "fit":  # exact resume, clean stops, a clear stop on NaN loss
-            callbacks += [ExactResume(), GracefulInterrupt(), StopOnNonFiniteLoss()]
+        if self.subcommand == "fit":
             if config.trainer.get("enable_checkpointing") is not False:
                 callbacks += [BestCheckpoint(**config.checkpoint), LastCheckpoint(**config.last_checkpoint)]
             if self.datamodule.batch_size == "auto" or config.tuner.scale_lr != "none":
                 callbacks.append(BatchSizeTuner(**config.tuner))
-        if self.subcommand == "predict":
-            callbacks.append(PredictionWriter())  # predictions.csv
         if config.trainer.get("enable_progress_bar") is not False and not any(
             isinstance(callback, ProgressBar) for callback in config.trainer.get("callbacks") or []
         ):
-            # Lightning's default bar (Rich, when installed) redraws 100 times a second from a
-            # second thread: in a terminal that slows a small model's steps by a third.
-            callbacks.append(TQDMProgressBar(refresh_rate=10))
+            callbacks.append(TQDMProgressBar(**config.progress_bar))
         return callbacks
 
     def _find_checkpoint(self, config: Any, which: str) -> Path:
@@ -164,12 +237,70 @@ class KitCLI(LightningCLI):
             checkpoint = find_checkpoint(runs_folder(loggers[0]), which)
         except CheckpointNotFoundError as error:
             raise UsageError(str(error)) from None
-        if self.subcommand == "fit" and all(logger.get("version") is None for logger in loggers):
-            # Resume into the same run folder so TensorBoard shows one continuous run.
-            for logger in loggers:
-                logger.version = run_version(checkpoint)
         print(f"Using {which} checkpoint: {checkpoint}")
         return checkpoint
+
+    def _continue_run(self, config: Any, checkpoint: Path) -> None:
+        """`fit --ckpt_path=best|last|PATH` continues that run in its own folder.
+
+        A checkpoint inside one of the logger's `version_N` folders resumes into that folder, so
+        TensorBoard shows one continuous run, and locks it against a second resume at once.
+        """
+        loggers = logger_settings(config.trainer, spell_out_default=True)
+        run_dir = checkpoint.resolve().parent.parent
+        in_a_run = loggers and run_dir.parent == runs_folder(loggers[0]).resolve()
+        if not in_a_run or run_version(checkpoint) is None:
+            return
+        if all(logger.get("version") is None for logger in loggers):
+            for logger in loggers:
+                logger.version = run_version(checkpoint)
+            # The saved config.yaml stays a recipe for a fresh run: no version, no checkpoint.
+            self.save_config_kwargs["forget_version"] = True
+        if rank_zero_only.rank == 0:
+            resume.lock_run_folder(run_dir)
+
+
+class RunConfig(SaveConfigCallback):
+    """Saves the run's config.yaml as a recipe: `fit -c config.yaml` trains the run again.
+
+    A resumed run's config would otherwise name the checkpoint it started from and the run
+    folder it continues; rerunning it would then restore the finished checkpoint into the old
+    folder and train nothing.
+    """
+
+    def __init__(self, *args: Any, forget_version: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.forget_version = forget_version
+
+    def setup(self, trainer: Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit" and self.config.get("ckpt_path"):
+            self.config = self.config.clone()
+            self.config.ckpt_path = None
+            if self.forget_version:
+                for logger in logger_settings(self.config.trainer):
+                    logger.version = None
+        super().setup(trainer, pl_module, stage)
+
+
+def changed(settings: Any, baseline: Any) -> dict[str, Any]:
+    """The settings (flattened) whose value differs from the baseline's: the ones asked for."""
+
+    def flat(namespace: Any) -> dict[str, Any]:
+        values = resume.flatten((namespace or Namespace()).as_dict())
+        return {key.removeprefix("init_args."): value for key, value in values.items()}
+
+    ours, base = flat(settings), flat(baseline)
+    return {key: value for key, value in ours.items() if key not in base or base[key] != value}
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message folded onto one line."""
+    return " ".join(str(error).split())
+
+
+def class_path(cls: type) -> str:
+    """The dotted path a config file names a class by."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def logger_settings(trainer: Any, spell_out_default: bool = False) -> list[Any]:
@@ -234,15 +365,37 @@ def run(
     """Run `cli_class`; mistakes we can name (and `user_errors`) end as one line, exit code 2."""
     one_line_errors: tuple[type[Exception], ...] = (
         UsageError,
+        resume.ResumeError,
+        data_checks.DataError,
         hardware.HardwareError,
         launcher.LaunchMismatchError,
         *user_errors,
     )
     try:
         return cli_class(default_config_files=default_config_files, args=args)
+    except SIGTERMException:  # Ctrl-C or SIGTERM: LastCheckpoint has saved the state
+        print(
+            f"Stopped before the end (exit code {EXIT_STOPPED}): resume with `fit --ckpt_path=last`.",
+            file=sys.stderr,
+        )
+        raise SystemExit(EXIT_STOPPED) from None
     except one_line_errors as error:
         print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except MisconfigurationException as error:  # Lightning's own "this setting cannot work"
+        print(f"error: {one_line(error)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as error:
+        if error.errno not in UNWRITABLE:
+            raise
+        print(
+            f"error: cannot write {error.filename or 'a file'}: {error.strerror}. Free some space or "
+            "write elsewhere with --trainer.default_root_dir=DIR.",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
     except NonFiniteLossError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
+    finally:
+        resume.release_locks()

@@ -34,6 +34,7 @@ class Facts:
     mps: bool
     auto_accelerator: str
     cpu_cores: int
+    nvidia_smi_problem: str | None = None  # nvidia-smi is installed but failed or hung
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         "--trainer.accelerator",
         dest="accelerator",
         default="auto",
-        help="the accelerator you plan to train on (cpu, gpu, cuda, mps, auto): checks that it is here",
+        choices=("auto", "cpu", "gpu", "cuda", "mps", "tpu"),
+        type=str.lower,
+        help="the accelerator you plan to train on: checks that it is here (default: auto)",
     )
     return parser.parse_args(list(argv))
 
@@ -98,6 +101,7 @@ def gather(hardware: ModuleType) -> Facts:
         mps=hardware.mps_available(),
         auto_accelerator=hardware.lightning_auto_accelerator(),
         cpu_cores=hardware.cpu_cores(),
+        nvidia_smi_problem=hardware.nvidia_smi_problem(),
     )
 
 
@@ -139,6 +143,14 @@ def diagnose(facts: Facts, accelerator: str = "auto") -> list[Problem]:
     """Known problems, each with its fix. `accelerator` is what the user plans to train on."""
     setup = _setup_problem(facts)
     problems = [setup] if setup else []
+    if facts.nvidia_smi_problem:
+        problems.insert(
+            0,
+            Problem(
+                f"{facts.nvidia_smi_problem}: the NVIDIA driver may be hung, or a GPU lost.",
+                "run `nvidia-smi` by hand; if it fails too, reboot the machine or reinstall the driver",
+            ),
+        )
     accelerator = accelerator.lower()
     if accelerator in ("gpu", "cuda") and not facts.gpus and not (accelerator == "gpu" and facts.mps):
         cause = "fix the problem above" if problems else "no NVIDIA driver was found: install it"
@@ -151,6 +163,9 @@ def diagnose(facts: Facts, accelerator: str = "auto") -> list[Problem]:
     if accelerator == "mps" and not facts.mps:
         what = "--accelerator=mps asks for an Apple-silicon GPU, but none is available."
         problems.append(Problem(what, "train on the CPU with --trainer.accelerator=cpu"))
+    if accelerator == "tpu" and facts.auto_accelerator != "tpu":
+        what = "--accelerator=tpu asks for a TPU, but none is here (it needs torch_xla on a TPU machine)."
+        problems.append(Problem(what, "train with --trainer.accelerator=cpu, gpu or auto"))
     return problems
 
 

@@ -5,6 +5,8 @@ this file. The doctor and the CLI's checks read the same answers, and tests fake
 by replacing those functions (pytest's monkeypatch).
 """
 
+import functools
+import importlib.util
 import os
 import re
 import shutil
@@ -72,17 +74,39 @@ def gpus() -> list[Gpu]:
     return found
 
 
+NVIDIA_SMI_TIMEOUT_S = 10  # a healthy nvidia-smi answers in well under a second
+
+
+@functools.lru_cache(maxsize=1)
+def _nvidia_smi() -> tuple[str, str | None]:
+    """nvidia-smi's output and, when it gave none, why (failed, hung); ("", None) without it."""
+    path = shutil.which("nvidia-smi")
+    if path is None:
+        return "", None
+    try:
+        result = subprocess.run(
+            [path], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return "", f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S} s"
+    except OSError as error:
+        return "", f"nvidia-smi could not start ({error})"
+    if result.returncode != 0:
+        detail = (result.stdout + result.stderr).strip().splitlines()
+        return "", f"nvidia-smi failed (exit code {result.returncode}{': ' + detail[0] if detail else ''})"
+    return result.stdout, None
+
+
+def nvidia_smi_problem() -> str | None:
+    """Why nvidia-smi, present on this machine, told nothing: it failed or hung."""
+    return _nvidia_smi()[1]
+
+
 def nvidia_driver() -> Driver | None:
     """The installed NVIDIA driver, from nvidia-smi or else the kernel module; None without one."""
-    nvidia_smi = shutil.which("nvidia-smi")
-    if nvidia_smi is not None:
-        try:
-            result = subprocess.run([nvidia_smi], capture_output=True, text=True, timeout=30, check=False)
-            driver = parse_nvidia_smi(result.stdout)
-            if driver is not None:
-                return driver
-        except (OSError, subprocess.SubprocessError):
-            pass
+    driver = parse_nvidia_smi(_nvidia_smi()[0])
+    if driver is not None:
+        return driver
     version_file = Path("/proc/driver/nvidia/version")
     if version_file.is_file():
         version = parse_kernel_module_version(version_file.read_text(errors="replace"))
@@ -155,6 +179,11 @@ def check_request(accelerator: Any, devices: Any) -> None:
         raise HardwareError(
             "--trainer.accelerator=mps needs an Apple-silicon GPU, and none is available here. "
             "Use --trainer.accelerator=cpu (or auto); `python main.py doctor` shows what torch sees."
+        )
+    if accelerator == "tpu" and importlib.util.find_spec("torch_xla") is None:
+        raise HardwareError(
+            "--trainer.accelerator=tpu needs torch_xla, which is not installed (TPU machines only). "
+            "Use --trainer.accelerator=cpu, gpu or auto."
         )
     if accelerator not in (*GPU_ACCELERATORS, "auto") or (accelerator in ("gpu", "auto") and mps_available()):
         return

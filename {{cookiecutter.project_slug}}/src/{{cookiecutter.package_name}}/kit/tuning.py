@@ -14,7 +14,6 @@ import math
 import random
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -166,7 +165,7 @@ def train_steps(trainer: L.Trainer, module: L.LightningModule, loader: DataLoade
     """`steps` optimizer steps on `module` itself: no loop, no callbacks, no DDP communication."""
     for batch_idx, batch in enumerate(itertools.islice(itertools.cycle(loader), steps)):
         batch = trainer.strategy.batch_to_device(trainer.precision_plugin.convert_input(batch))
-        with without_trainer(module), trainer.precision_plugin.train_step_context():
+        with without_logging(module), trainer.precision_plugin.train_step_context():
             output = module.training_step(batch, batch_idx)
         loss = output["loss"] if isinstance(output, Mapping) else output
         if loss is None:
@@ -178,16 +177,17 @@ def train_steps(trainer: L.Trainer, module: L.LightningModule, loader: DataLoade
 
 
 @contextlib.contextmanager
-def without_trainer(module: L.LightningModule) -> Iterator[None]:
-    """Detach the trainer so `self.log` in a step is a no-op (Lightning allows steps without one)."""
-    trainer = module.trainer
-    module.trainer = None  # type: ignore[assignment]
+def without_logging(module: L.LightningModule) -> Iterator[None]:
+    """Trial steps are not training: `self.log` does nothing in them.
+
+    The trainer stays attached, so a `training_step` that reads `self.trainer` (the epoch, the
+    step) runs in a trial as it does in training. Instance attributes shadow the methods.
+    """
+    module.log = module.log_dict = lambda *args, **kwargs: None  # type: ignore[method-assign]
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*self.log.*")
-            yield
+        yield
     finally:
-        module.trainer = trainer
+        del module.log, module.log_dict
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""`python main.py doctor`: the report on this machine, and its diagnoses on faked GPU machines.
+"""The doctor (`python main.py doctor`): the report on this machine, and its diagnoses on faked
+GPU machines. `tests/test_main.py` checks that main.py hands `doctor` to it.
 
 The GPU branches run here by replacing the query functions in `hardware` (monkeypatch).
 """
@@ -11,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROJECT_ROOT
 from {{ cookiecutter.package_name }}.kit import doctor, hardware, torch_build
 from {{ cookiecutter.package_name }}.kit.hardware import Driver, Gpu
+
+from kit_testing import PROJECT_ROOT, run_fixtures_here
 
 H200 = Gpu("NVIDIA H200", total_memory_gib=139.8, free_memory_gib=139.1, compute_capability=(9, 0))
 T4 = Gpu("Tesla T4", total_memory_gib=15.0, free_memory_gib=14.6, compute_capability=(7, 5))
@@ -46,11 +48,9 @@ def run_doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str
     return code, capsys.readouterr().out
 
 
-def test_report_on_this_machine_through_main_py(run_main, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        run_main("doctor")
-    output = capsys.readouterr().out
-    assert exit_info.value.code in (0, 1)  # 1 only where the doctor found a problem to fix
+def test_report_on_this_machine(capsys):
+    code, output = run_doctor(capsys)
+    assert code in (0, 1)  # 1 only where the doctor found a problem to fix
     for heading in ("Python", "torch", "CUDA", "NVIDIA driver", "NCCL", "Lightning", "CPU cores"):
         assert any(line.startswith(heading) for line in output.splitlines()), f"{heading} missing:\n{output}"
     assert "accelerator=auto picks " in output
@@ -59,26 +59,28 @@ def test_report_on_this_machine_through_main_py(run_main, capsys):
     )
 
 
-@pytest.mark.parametrize(
-    "command", [[str(PROJECT_ROOT / "main.py"), "doctor"], ["-m", "{{ cookiecutter.package_name }}.kit.doctor"]]
-)
-def test_the_doctor_runs_where_torch_itself_is_broken(tmp_path, command):
+def test_the_doctor_runs_where_torch_itself_is_broken(tmp_path):
     """The doctor must not import torch or Lightning before it has checked them."""
     broken = tmp_path / "torch"
     broken.mkdir()
     (broken / "__init__.py").write_text("raise ImportError('simulated broken torch install')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(PROJECT_ROOT / "src")])}
     result = subprocess.run(
-        [sys.executable, *command], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "{{ cookiecutter.package_name }}.kit.doctor"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 1, result.stderr
     assert "torch cannot be imported (simulated broken torch install)" in result.stdout
     assert "pip install torch" in result.stdout and "Traceback" not in result.stderr
 
 
-def test_help_points_to_the_doctor(run_main, capsys):
+def test_help_points_to_the_doctor(monkeypatch, capsys):
     with pytest.raises(SystemExit):
-        run_main("--help")
+        run_fixtures_here(monkeypatch, "--help")
     assert "python main.py doctor" in " ".join(capsys.readouterr().out.split())  # however it wraps
 
 

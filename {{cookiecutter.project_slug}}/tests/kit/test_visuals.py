@@ -1,9 +1,9 @@
-"""The TensorBoard pictures: what they show, when they are drawn, and that they reach the event files."""
+"""The TensorBoard pictures: what they show, when they are drawn, and that they reach the event files.
 
-import os
+Runs draw the kit's fixtures as images: the Gaussian blobs as 1x8x8 pictures of 3 classes.
+"""
+
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +12,6 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import MAIN, PROJECT_ROOT
 from {{ cookiecutter.package_name }}.kit.visuals import (
     CORRECT,
     WRONG,
@@ -22,7 +21,11 @@ from {{ cookiecutter.package_name }}.kit.visuals import (
     top_mistakes_markdown,
 )
 
-QUIET = "--trainer.enable_progress_bar=false"
+from kit_fixtures import IMAGES
+from kit_testing import QUICK, run_fixtures, run_fixtures_here
+
+# The callback, as a config file or `--trainer.callbacks+=` adds it; flags after it set it up.
+PICTURES = "--trainer.callbacks+={{ cookiecutter.package_name }}.kit.visuals.ValidationImages"
 
 
 def events(run_dir: Path) -> EventAccumulator:
@@ -96,52 +99,36 @@ def test_without_tensorboard_it_says_so_once_instead_of_failing_later():
         ValidationImages().setup(trainer, None, "fit")
 
 
-def test_a_short_fit_writes_pictures_graph_and_hparams(run_main, tmp_path):
-    # The callback is on by default (configs/default.yaml); this flag reaches it as the last callback.
-    run_main(
-        "fit",
-        "--trainer.max_epochs=3",
-        "--trainer.limit_train_batches=4",
-        "--trainer.callbacks.every_n_epochs=2",
-        QUIET,
-    )
-    (run_dir,) = (tmp_path / "logs").glob("*/version_0")
+def test_a_short_fit_writes_pictures_graph_and_hparams(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fit = ("fit", IMAGES, "--trainer.max_epochs=3", "--trainer.limit_train_batches=4", *QUICK)
+    run_fixtures_here(monkeypatch, *fit, PICTURES, "--trainer.callbacks.every_n_epochs=2")
+    (run_dir,) = (tmp_path / "lightning_logs").glob("version_0")
     accumulator = events(run_dir)
 
-    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
-    steps_per_epoch = last["global_step"] // 3
     for tag in ("val/confusion_matrix", "val/samples"):
         images = accumulator.Images(tag)
         # After epochs 2 and 3 (the last), filed under the global step each epoch ended on.
-        assert [image.step for image in images] == [2 * steps_per_epoch, 3 * steps_per_epoch], tag
+        assert [image.step for image in images] == [2 * 4, 3 * 4], tag
         assert all(image.encoded_image_string.startswith(b"\x89PNG") for image in images)
     first_grid = accumulator.Images("val/samples")[0]
     assert (first_grid.width, first_grid.height) == (8 * 36, 4 * 36), "32 samples, 8 per row"
     assert accumulator.Tags()["graph"], "the model graph is in the GRAPHS tab"
     assert "_hparams_/experiment" in accumulator.PluginTagToContent("hparams")
 
-    # The validation split holds 179 digits; every one is counted in the confusion matrix.
-    assert all(" of 179." in summary for summary in text(accumulator, "val/confusion_matrix"))
+    # The validation split holds 60 images; every one is counted in the confusion matrix.
+    assert all(" of 60." in summary for summary in text(accumulator, "val/confusion_matrix"))
     assert all("col 8" in summary for summary in text(accumulator, "val/samples"))
 
 
 @pytest.mark.slow
 def test_under_ddp_rank_zero_draws_a_confusion_matrix_of_every_rank(tmp_path):
     """Two CPU processes: each validates half the data; the picture must count both halves."""
-    flags = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"]
-    fit = [sys.executable, str(MAIN), "fit", "--trainer.max_epochs=1", "--trainer.callbacks.every_n_epochs=1"]
-    python_path = os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])
-    result = subprocess.run(
-        [*fit, *flags, QUIET],
-        cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=python_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    ddp = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
+    fit = ("fit", IMAGES, "--data.samples=236", "--trainer.max_epochs=1", *ddp)
+    result = run_fixtures(tmp_path, *fit, PICTURES, "--trainer.callbacks.every_n_epochs=1")
     assert result.returncode == 0, result.stderr[-3000:]
-    (run_dir,) = (tmp_path / "logs").glob("*/version_0")
+    (run_dir,) = (tmp_path / "lightning_logs").glob("version_0")
     (summary,) = text(events(run_dir), "val/confusion_matrix")
-    # 179 images split over 2 ranks; the sampler repeats one so that both get 90.
-    assert " of 180." in summary, summary
+    # 59 images split over 2 ranks; the sampler repeats one so that both get 30.
+    assert " of 60." in summary, summary

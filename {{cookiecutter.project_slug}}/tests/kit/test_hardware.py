@@ -8,12 +8,12 @@ import re
 
 import pytest
 import torch
-import yaml
 from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 
-from conftest import PROJECT_ROOT
 from {{ cookiecutter.package_name }}.kit import hardware
 from {{ cookiecutter.package_name }}.kit.hardware import HardwareError, check_request
+
+from kit_testing import run_fixtures_here
 
 
 def fake_machine(
@@ -27,12 +27,13 @@ def fake_machine(
 
 @pytest.mark.parametrize("accelerator", ["gpu", "cuda"])
 def test_gpu_request_on_a_cpu_only_torch_stops_with_one_line_saying_what_to_do(
-    accelerator, run_main, monkeypatch, capsys
+    accelerator, tmp_path, monkeypatch, capsys
 ):
     fake_machine(monkeypatch)
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        run_main("fit", f"--trainer.accelerator={accelerator}")
-    assert exit_info.value.code == 2  # cli_main caught it: no traceback
+        run_fixtures_here(monkeypatch, "fit", f"--trainer.accelerator={accelerator}")
+    assert exit_info.value.code == 2  # the kit's `run` caught it: no traceback
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("error: ")
     assert f"--trainer.accelerator={accelerator} asks for a CUDA GPU" in error
@@ -135,23 +136,3 @@ def test_driver_version_and_its_cuda_are_read_from_nvidia_smi():
 )
 def test_driver_version_is_read_from_the_kernel_module_without_nvidia_smi(text):
     assert hardware.parse_kernel_module_version(text) == "550.54.14"
-
-
-PRESETS = {
-    "cpu": {"accelerator": "cpu", "devices": 1, "strategy": "auto"},
-    "gpu": {"accelerator": "gpu", "devices": 1, "strategy": "auto"},
-    "ddp": {"accelerator": "gpu", "devices": "auto", "strategy": "ddp"},
-    "ddp_cpu": {"accelerator": "cpu", "devices": 2, "strategy": "ddp"},
-}
-
-
-@pytest.mark.parametrize("name", sorted(PRESETS))
-def test_presets_say_how_to_use_them_and_stack_on_the_defaults(name, run_main, capsys):
-    preset = PROJECT_ROOT / "configs" / "presets" / f"{name}.yaml"
-    text = preset.read_text()
-    assert text.startswith("# ") and f"python main.py fit -c configs/presets/{name}.yaml" in text
-    with pytest.raises(SystemExit):
-        run_main("fit", "-c", str(preset), "--print_config")
-    trainer = yaml.safe_load(capsys.readouterr().out)["trainer"]
-    assert {key: trainer[key] for key in PRESETS[name]} == PRESETS[name]
-    assert trainer["default_root_dir"] == "logs", "configs/default.yaml still applies"

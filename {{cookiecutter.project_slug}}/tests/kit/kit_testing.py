@@ -1,0 +1,91 @@
+"""Helpers for the kit's tests; `tests/conftest.py` passes them on to the example's tests too.
+
+A module of its own rather than a second conftest.py: pytest imports every conftest.py under the
+one name `conftest`, so `from conftest import ...` would reach whichever folder's loaded last.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+KIT_TESTS = Path(__file__).resolve().parent
+# Fixed flags of every `python -m kit_fixtures` run: a seeded run and a quiet output.
+QUICK = (
+    "--seed_everything=42",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+)
+
+
+def run_fixtures(
+    workdir: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`python -m kit_fixtures ARGS` in `workdir`, logging there: the kit's CLI around the fixtures.
+
+    The command line a user types, in new processes (DDP needs them). It runs in a process group
+    of its own, so a DDP run whose ranks hang is killed whole and the test fails instead.
+    """
+    # tests/kit holds the fixtures and `faults`, the fault injectors both rooms' tests use.
+    path = [PROJECT_ROOT / "src", KIT_TESTS, os.environ.get("PYTHONPATH", "")]
+    python_path = os.pathsep.join(str(entry) for entry in path if entry)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kit_fixtures", *args, f"--trainer.default_root_dir={workdir}", *QUICK],
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": python_path, "PYTHONUNBUFFERED": "1", **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"python -m kit_fixtures {' '.join(args)} still running after {timeout} s: a hang")
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_fixtures_here(monkeypatch: pytest.MonkeyPatch, *args: str) -> None:
+    """`python -m kit_fixtures ARGS` in this process: quicker, for runs without DDP."""
+    from kit_fixtures import FixtureCLI, run
+
+    monkeypatch.setattr(sys, "argv", ["kit_fixtures", *args])
+    run(FixtureCLI)
+
+
+def tensorboard_scalars(run_dir: Path) -> dict[str, list[float]]:
+    """Every scalar series in a run folder's TensorBoard event files, by tag."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    series: dict[str, list[float]] = {}
+    for events in sorted(run_dir.glob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            series.setdefault(tag, []).extend(event.value for event in accumulator.Scalars(tag))
+    return series
+
+
+def visible_gpus() -> int:
+    """CUDA GPUs torch can use here (0 on a CPU-only build)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def requires_gpus(count: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Mark a test `gpu` and skip it, saying why, unless `count` CUDA GPUs are visible."""
+    found = visible_gpus()
+
+    def decorate(test: Callable[..., None]) -> Callable[..., None]:
+        skip = pytest.mark.skipif(found < count, reason=f"needs {count} GPU(s), found {found}")
+        return pytest.mark.gpu(skip(test))
+
+    return decorate

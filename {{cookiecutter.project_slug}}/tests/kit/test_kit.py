@@ -1,0 +1,164 @@
+"""The kit on a model and data set it has never seen (`kit_fixtures`): nothing of the example.
+
+Replace the example's network, model or data, and these still pass: they are the kit's promises.
+Every file of the kit and of this folder holds to that: `example_uses` below checks it.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from kit_fixtures import SAMPLES
+from kit_testing import KIT_TESTS, PROJECT_ROOT, run_fixtures
+
+PACKAGE = "{{ cookiecutter.package_name }}"
+KIT = PROJECT_ROOT / "src" / PACKAGE / "kit"
+# main.py, what runs it, and tests/conftest.py (which runs it for the example's tests).
+NOT_FOR_THE_KIT = ("main", "runpy", "conftest")
+
+
+def last_checkpoint(folder: Path) -> dict:
+    (path,) = folder.rglob("last.ckpt")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+@pytest.mark.slow
+def test_the_kit_trains_checkpoints_and_finds_them_again_for_any_model(tmp_path):
+    result = run_fixtures(tmp_path, "fit", "--trainer.max_epochs=3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = (tmp_path / "lightning_logs").glob("version_*")
+    names = sorted(path.name for path in (run / "checkpoints").iterdir())
+    assert names[0].startswith("best-") and names[-1] == "last.ckpt", names
+    best = next(key for key in last_checkpoint(tmp_path)["callbacks"] if key.startswith("BestCheckpoint"))
+    assert last_checkpoint(tmp_path)["callbacks"][best]["best_model_score"] > 0.9, "the blobs are easy"
+
+    tested = run_fixtures(tmp_path, "validate", "--ckpt_path=best")
+    assert tested.returncode == 0 and f"Using best checkpoint: {run}" in tested.stdout, tested.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_the_kit_resumes_any_model_exactly_after_sigterm(tmp_path):
+    steps = ("--trainer.max_steps=40", "--trainer.max_epochs=-1")  # 15 batches an epoch
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    straight.mkdir()
+    stopped.mkdir()
+    assert run_fixtures(straight, "fit", *steps).returncode == 0
+    signal_at = ("--trainer.callbacks+=faults.SignalAt", "--trainer.callbacks.step=22")
+    interrupted = run_fixtures(stopped, "fit", *steps, *signal_at)
+    # Exit code 128 + SIGTERM: stopped, not finished.
+    assert interrupted.returncode == 143 and last_checkpoint(stopped)["global_step"] == 22, interrupted.stderr
+    resumed = run_fixtures(stopped, "fit", *steps, "--ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    first, second = last_checkpoint(straight), last_checkpoint(stopped)
+    assert second["global_step"] == 40
+    for name, tensor in first["state_dict"].items():
+        assert torch.equal(tensor, second["state_dict"][name]), f"{name} differs after the resume"
+
+
+@pytest.mark.slow
+def test_the_kit_tunes_any_datamodules_batch_size(tmp_path):
+    result = run_fixtures(tmp_path, "fit", "--data.batch_size=auto", "--trainer.max_epochs=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (config,) = tmp_path.rglob("config.yaml")
+    # Nothing runs out of memory on a CPU: the whole training split in one batch.
+    assert yaml.safe_load(config.read_text())["data"]["batch_size"] == SAMPLES
+
+
+def test_the_kits_one_line_errors_need_no_example(tmp_path):
+    result = run_fixtures(tmp_path, "validate", "--ckpt_path=last")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no last.ckpt" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def example_uses(source: str, in_kit: bool) -> list[str]:
+    """What `source` takes from the example: imports of the package outside its kit (the user's
+    network, model, data, sources, cli or any module they add), of main.py or of tests/conftest.py
+    (which runs main.py), and paths to main.py. `in_kit`: a module of the kit (relative imports
+    start from `<pkg>.kit`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            parent = [PACKAGE, "kit"][: 3 - node.level] if in_kit and node.level else []
+            base = ".".join([*parent, node.module or ""]).strip(".")
+            names = [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.BinOp | ast.List | ast.Tuple):  # ROOT / "main.py", [python, "main.py"]
+            parts = [node.right] if isinstance(node, ast.BinOp) else node.elts
+            if any(isinstance(part, ast.Constant) and part.value == "main.py" for part in parts):
+                found.append("a path to main.py")
+        elif isinstance(node, ast.arg) and node.arg == "run_main":
+            found.append("the run_main fixture")
+        for name in names:
+            kit = name == f"{PACKAGE}.kit" or name.startswith(f"{PACKAGE}.kit.")
+            if (name.startswith(f"{PACKAGE}.") and not kit) or name.split(".")[0] in NOT_FOR_THE_KIT:
+                found.append(f"import of {name}")
+    return found
+
+
+def test_the_kit_and_its_tests_never_use_the_example():
+    """The kit's room names nothing of the user's: so replacing the example cannot break it."""
+    files = sorted([*KIT.glob("*.py"), *KIT_TESTS.glob("*.py")])
+    assert Path(__file__) in files and KIT / "cli.py" in files
+    uses = {path.name: example_uses(path.read_text(), in_kit=path.parent == KIT) for path in files}
+    assert not any(uses.values()), f"reaching into the example: {uses}"
+
+
+@pytest.mark.parametrize(
+    ("source", "in_kit"),
+    [
+        (f"from {PACKAGE}.model import Classifier", False),
+        (f"import {PACKAGE}.data", False),
+        (f"from {PACKAGE} import network", False),
+        (f"from {PACKAGE}.cli import cli_main", False),
+        ("from conftest import MAIN", False),
+        ("import runpy", False),
+        ("def test_x(run_main):\n    run_main('fit')", False),
+        ("MAIN = ROOT / 'main.py'", False),
+        ("subprocess.run([sys.executable, 'main.py', 'fit'])", False),
+        ("from ..sources import load_digits_tensors", True),
+        ("from .. import model", True),
+        ("from ..my_parts import TinyMLP", True),
+    ],
+)
+def test_the_check_catches_each_way_of_reaching_the_example(source, in_kit):
+    """The check above can fail: each of these, planted in the kit's room, is caught."""
+    assert example_uses(source, in_kit), source
+
+
+def test_the_check_lets_the_kits_own_imports_through():
+    kit_imports = f"from . import hardware\nfrom .tuning import BatchSizeTuner\nimport {PACKAGE}.kit.doctor"
+    assert example_uses(kit_imports, in_kit=True) == []
+    assert example_uses(f"from {PACKAGE}.kit.cli import KitCLI\nfrom kit_fixtures import Blobs", False) == []
+    assert example_uses("print('python main.py doctor')", in_kit=True) == [], "naming main.py is fine"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_whole_batch_loading_gives_the_batches_per_sample_loading_gives(num_workers):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from {{ cookiecutter.package_name }}.kit.batching import TensorBatchDataset, collate
+
+    images, labels = torch.randn(50, 1, 4, 4), torch.randint(0, 3, (50,))
+
+    def batches(dataset):
+        loader = DataLoader(
+            dataset,
+            batch_size=8,
+            shuffle=True,
+            num_workers=num_workers,
+            collate_fn=collate,
+            generator=torch.Generator().manual_seed(0),
+        )
+        return list(loader)
+
+    stacked, per_sample = batches(TensorBatchDataset(images, labels)), batches(TensorDataset(images, labels))
+    assert len(stacked) == len(per_sample) == 7 and stacked[-1][0].shape == (2, 1, 4, 4)
+    for (x, y), (x_ref, y_ref) in zip(stacked, per_sample, strict=True):
+        assert torch.equal(x, x_ref) and torch.equal(y, y_ref)

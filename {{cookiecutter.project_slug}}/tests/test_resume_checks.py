@@ -1,0 +1,112 @@
+"""Edges of resuming: damaged files, contradicting settings, one run folder, a reusable config.
+
+Each bad request ends with one line and exit code 2, before anything is written.
+"""
+
+import errno
+import fcntl
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from {{ cookiecutter.package_name }}.kit.callbacks import save_atomically
+
+SHORT = ("--trainer.limit_val_batches=2", "--trainer.enable_progress_bar=false", "--trainer.max_epochs=-1")
+
+
+def fit(run_main, *args: str) -> None:
+    run_main("fit", *SHORT, *args)
+
+
+def refused(run_main, capsys, *args: str) -> str:
+    """Run `main.py ARGS`, which must end with exit code 2; its one-line message."""
+    with pytest.raises(SystemExit) as stop:
+        run_main(*args)
+    assert stop.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("error: "), lines[-3:]
+    return lines[-1]
+
+
+@pytest.fixture
+def trained(run_main, tmp_path) -> Path:
+    """A run stopped at step 3 of 20 in epoch 0: logs/lightning_logs/version_0."""
+    fit(run_main, "--trainer.max_steps=3")
+    return tmp_path / "logs" / "lightning_logs" / "version_0"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_damaged_checkpoint_is_named_in_one_line(run_main, capsys, trained, damage):
+    last = trained / "checkpoints" / "last.ckpt"
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"")
+    for ckpt_path in ("last", str(last)):
+        message = refused(run_main, capsys, "fit", *SHORT, f"--ckpt_path={ckpt_path}")
+        assert "version_0/checkpoints/last.ckpt is damaged" in message and "--ckpt_path=best" in message
+    message = refused(run_main, capsys, "test", str(f"--ckpt_path={last}"))
+    assert "damaged" in message
+
+
+def test_settings_that_contradict_the_checkpoint_are_refused_and_nothing_is_rewritten(
+    run_main, capsys, trained
+):
+    config = (trained / "config.yaml").read_bytes()
+    message = refused(run_main, capsys, "fit", *SHORT, "--ckpt_path=last", "--model.network.width=32")
+    assert "model.network.init_args.width: 16 in the checkpoint, 32 now" in message
+    message = refused(run_main, capsys, "fit", *SHORT, "--ckpt_path=last", "--data.batch_size=32")
+    assert "data.batch_size: 64 in the checkpoint, 32 now" in message
+    message = refused(run_main, capsys, "fit", *SHORT, "--ckpt_path=last", "--data.num_workers=2")
+    assert "data.num_workers: 0 in the checkpoint, 2 now" in message  # the loader's saved position
+    assert (trained / "config.yaml").read_bytes() == config
+    assert [p.name for p in trained.parent.iterdir()] == ["version_0"]
+    # How batches reach the device may change, and longer training: the same run goes on.
+    fit(run_main, "--ckpt_path=last", "--trainer.max_steps=4", "--data.pin_memory=false")
+    assert torch.load(trained / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4
+
+
+def test_a_path_resumes_like_last_and_the_saved_config_reruns_from_scratch(run_main, trained):
+    fit(run_main, f"--ckpt_path={trained / 'checkpoints' / 'last.ckpt'}", "--trainer.max_steps=6")
+    assert [p.name for p in trained.parent.iterdir()] == ["version_0"], "resumed into its own folder"
+    assert torch.load(trained / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6
+    saved = yaml.safe_load((trained / "config.yaml").read_text())
+    assert saved["ckpt_path"] is None
+    assert saved["trainer"]["logger"]["init_args"].get("version") is None
+
+    # "Rerun this run": a new folder, trained from step 0 (not the finished checkpoint).
+    fit(run_main, "-c", str(trained / "config.yaml"))
+    rerun = trained.parent / "version_1" / "checkpoints" / "last.ckpt"
+    assert torch.load(rerun, weights_only=False)["global_step"] == 6
+
+
+def test_a_run_folder_in_use_is_not_resumed_twice(run_main, capsys, trained):
+    with (trained / ".fit.lock").open("a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running `fit` holds it
+        message = refused(run_main, capsys, "fit", *SHORT, "--ckpt_path=last", "--trainer.max_steps=6")
+        assert str(trained) in message and "in use" in message
+    fit(run_main, "--ckpt_path=last", "--trainer.max_steps=6")  # free again once that run ends
+
+
+def test_evaluation_needs_a_number_for_the_batch_size(run_main, capsys, trained):
+    message = refused(run_main, capsys, "test", "--ckpt_path=last", "--data.batch_size=auto")
+    assert "resolved by `fit` only" in message and "config.yaml" in message
+
+
+class DiskFullTrainer:
+    """Writes half a checkpoint, then fails as a full disk does."""
+
+    is_global_zero = True
+
+    def save_checkpoint(self, path: Path, weights_only: bool = False) -> None:
+        path.write_bytes(b"half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+
+def test_a_full_disk_leaves_the_previous_checkpoint_whole_and_no_partial_file(tmp_path):
+    best = tmp_path / "best-epoch001.ckpt"
+    best.write_bytes(b"the good one")
+    with pytest.raises(OSError, match="No space left"):
+        save_atomically(DiskFullTrainer(), best)
+    assert best.read_bytes() == b"the good one"
+    assert [p.name for p in tmp_path.iterdir()] == [best.name]
