@@ -2,8 +2,12 @@
 
 Each session installs torch first, in the build it needs, so pip never falls back to the
 default PyPI wheel (a multi-GB CUDA build on Linux, even on machines without a GPU):
-- `TORCH_BUILD`: cpu, cu126, cu128, cu130. Default: this project's build for CPU sessions,
-  `GPU_TORCH_BUILD` (default cu128) for GPU sessions.
+- `TORCH_BUILD`: cpu, cu126, cu128, cu130. Default: this project's build for CPU sessions;
+  for GPU sessions, this project's build when the driver runs it, else the newest CUDA build
+  the driver runs (read from nvidia-smi).
+
+GPU sessions skip, saying why, when nvidia-smi lists no GPU (before installing anything) or
+when the installed torch sees too few (`CUDA_VISIBLE_DEVICES`, MIG, a CPU-only build).
 - `TORCH_VERSION`: the torch release; default the one this project is tested with. The
   build label is part of the pin (`torch==2.13.0+cpu`), so no other variant can slip in.
 - `TORCH_INDEX_URL`: where torch comes from; default PyTorch's index for the build. Set it
@@ -45,7 +49,25 @@ def install(session: nox.Session, build: str) -> None:
 
 
 def gpu_build() -> str:
-    return os.environ.get("TORCH_BUILD") or os.environ.get("GPU_TORCH_BUILD", "cu128")
+    chosen = os.environ.get("TORCH_BUILD") or torch_build.suggested_build(torch_build.driver_cuda())
+    if chosen is None:
+        raise SystemExit("This NVIDIA driver runs none of the CUDA builds of torch: update the driver.")
+    return chosen
+
+
+def gpu_session(session: nox.Session, needed: int) -> int:
+    """Install the GPU build and return how many GPUs torch sees; skip, saying why, if too few."""
+    listed = torch_build.nvidia_gpu_count()
+    if listed < needed:  # checked first: no multi-GB CUDA wheel for a machine without GPUs
+        session.skip(f"needs {needed} NVIDIA GPU(s); nvidia-smi lists {listed} (or did not answer in time)")
+    install(session, gpu_build())
+    output = session.run("python", "-c", torch_build.VISIBLE_GPUS_CODE, silent=True) or "0"
+    visible = int(output.strip().splitlines()[-1])
+    if visible < needed:
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = f"CUDA_VISIBLE_DEVICES={hidden!r}" if hidden is not None else "MIG, driver or torch build"
+        session.skip(f"needs {needed} GPU(s); torch sees {visible} of the {listed} listed ({why})")
+    return visible
 
 
 def cpu_build() -> str:
@@ -95,9 +117,7 @@ def ddp_cpu(session: nox.Session) -> None:
 @nox.session
 def gpu(session: nox.Session) -> None:
     """GPU tests and a short fit/test on one GPU (skipped without one)."""
-    if torch_build.nvidia_gpu_count() < 1:
-        session.skip("no NVIDIA GPU visible (nvidia-smi found none)")
-    install(session, gpu_build())
+    gpu_session(session, needed=1)
     session.run("pytest", "-m", "gpu", *session.posargs)
     short_run(session, "-c", "configs/presets/gpu.yaml")
 
@@ -105,8 +125,5 @@ def gpu(session: nox.Session) -> None:
 @nox.session
 def ddp(session: nox.Session) -> None:
     """DDP across 2+ GPUs: short fit/test (skipped with fewer than 2 GPUs)."""
-    gpus = torch_build.nvidia_gpu_count()
-    if gpus < 2:
-        session.skip(f"DDP across GPUs needs 2 or more; nvidia-smi found {gpus}")
-    install(session, gpu_build())
+    gpus = gpu_session(session, needed=2)
     short_run(session, "-c", "configs/presets/ddp.yaml", f"--trainer.devices={gpus}")

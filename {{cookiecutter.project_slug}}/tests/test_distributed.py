@@ -5,6 +5,7 @@ they talk over gloo instead of NCCL; everything else (launch, data sharding, met
 rank-0 logging and checkpoints) is the code path of multi-GPU DDP.
 """
 
+import csv
 import json
 import math
 import os
@@ -69,7 +70,8 @@ def rank_reports(folder: Path, stage: str) -> list[dict[str, Any]]:
 
 def environment() -> dict[str, str]:
     """This interpreter (and its torchrun) first on PATH; the project and these tests importable."""
-    paths = [str(PROJECT_ROOT / "src"), str(PROJECT_ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    tests = PROJECT_ROOT / "tests"
+    paths = [str(PROJECT_ROOT / "src"), str(tests), str(tests / "kit"), os.environ.get("PYTHONPATH", "")]
     return {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
@@ -142,6 +144,31 @@ def test_ddp_on_cpu_test_subcommand_reports_one_accuracy_over_all_ranks(tmp_path
     assert reports[0]["test_acc"] == reports[1]["test_acc"]
     (run_dir,) = (tmp_path / "logs").glob("*/version_*")
     assert tensorboard_scalars(run_dir)["test/acc"] == pytest.approx([reports[0]["test_acc"]])
+
+
+def predictions(folder: Path) -> list[dict[str, str]]:
+    (path,) = (folder / "logs").glob("*/version_*/predictions.csv")
+    with path.open() as file:
+        return list(csv.DictReader(file))
+
+
+@pytest.mark.slow
+def test_evaluation_on_two_ranks_counts_every_sample_once_as_one_device_does(tmp_path):
+    """Validation and test metrics and predictions do not depend on the device count (no padding)."""
+    run(tmp_path, sys.executable, str(MAIN), "fit", "--trainer.max_steps=5", *SHORT)
+    (checkpoint,) = tmp_path.rglob("last.ckpt")
+    single, double = tmp_path / "one", tmp_path / "two"
+    for folder, flags in ((single, ("--trainer.devices=1",)), (double, DDP_CPU)):
+        folder.mkdir()
+        for stage in ("validate", "test", "predict"):
+            run(folder, sys.executable, str(MAIN), stage, f"--ckpt_path={checkpoint}", *flags, *SHORT)
+    for stage, metric in (("validate", "val_acc"), ("test", "test_acc")):
+        one_device, two_ranks = rank_reports(single, stage), rank_reports(double, stage)
+        assert len(two_ranks) == 2
+        assert one_device[0][metric] == pytest.approx(two_ranks[0][metric], abs=1e-6), stage
+    rows = predictions(double)
+    assert [int(row["index"]) for row in rows] == list(range(len(rows))), "each test sample once, in order"
+    assert rows == predictions(single)
 
 
 @pytest.mark.slow
@@ -274,3 +301,25 @@ def test_under_torchrun_a_contradicting_flag_stops_main_with_one_line(run_main, 
 @pytest.mark.parametrize("script", ["torchrun.sh", "slurm.sbatch"])
 def test_launch_scripts_are_valid_bash(script):
     subprocess.run(["bash", "-n", str(PROJECT_ROOT / "scripts" / script)], check=True)
+
+
+@pytest.mark.parametrize(("restarts", "resumes"), [("0", False), ("1", True)])
+def test_the_slurm_script_ends_all_tasks_on_a_failure_and_resumes_when_requeued(tmp_path, restarts, resumes):
+    srun = tmp_path / "srun"
+    srun.write_text('#!/bin/sh\necho "$@"\n')  # prints the command it was given
+    srun.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_NNODES": "2",
+        "SLURM_NTASKS_PER_NODE": "4",
+        "SLURM_RESTART_COUNT": restarts,
+    }
+    script = str(PROJECT_ROOT / "scripts" / "slurm.sbatch")
+    result = subprocess.run(
+        ["bash", script, "--trainer.max_epochs=5"], env=env, capture_output=True, text=True
+    )
+    command = result.stdout.split()
+    assert command[:4] == ["--kill-on-bad-exit=1", "python", "main.py", "fit"], result.stdout + result.stderr
+    assert "--trainer.num_nodes=2" in command and "--trainer.devices=4" in command
+    assert ("--ckpt_path=last" in command) == resumes and command[-1] == "--trainer.max_epochs=5"

@@ -10,11 +10,12 @@ from typing import Literal
 
 import lightning as L
 import torch
-from torch.utils.data import Dataset, DistributedSampler, Sampler
+from torch.utils.data import Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from .kit.batching import TensorBatchDataset, collate
 from .kit.data_checks import check_split_sizes
+from .kit.sampling import evaluation_sampler, training_sampler
 from .sources import load_digits_tensors, load_npz_tensors
 
 
@@ -116,38 +117,27 @@ class DigitsDataModule(L.LightningDataModule):
         self.test_set = TensorBatchDataset(images[test], labels[test])
 
     def train_dataloader(self) -> StatefulDataLoader:
-        # The shuffled order is a function of (seed, epoch) alone, so a resumed run replays it
-        # exactly; each rank takes its own share of every epoch. The epoch is set here too, not
-        # only by Lightning when an epoch starts: a run resumed mid-epoch skips the batches it
-        # already trained before that, and must skip them in this epoch's order.
+        # Each rank's share of a shuffle that depends on (seed, epoch) alone: a resumed run
+        # replays it exactly.
         assert self.train_set is not None, "setup() must run before the loaders are built"
-        trainer = self.trainer
-        sampler: DistributedSampler[int] = DistributedSampler(
-            self.train_set,
-            num_replicas=trainer.world_size if trainer is not None else 1,
-            rank=trainer.global_rank if trainer is not None else 0,
-            shuffle=True,
-            seed=self.seed,
-        )
-        sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
-        return self._loader(self.train_set, sampler=sampler)
+        return self._loader(self.train_set, sampler=training_sampler(self.train_set, self.trainer, self.seed))
 
+    # Under DDP every evaluation sample is seen once, so metrics do not depend on the device count.
     def val_dataloader(self) -> StatefulDataLoader:
-        return self._loader(self.val_set)
+        return self._loader(self.val_set, sampler=evaluation_sampler(self.val_set, self.trainer))
 
     def test_dataloader(self) -> StatefulDataLoader:
-        return self._loader(self.test_set)
+        return self._loader(self.test_set, sampler=evaluation_sampler(self.test_set, self.trainer))
 
     def predict_dataloader(self) -> StatefulDataLoader:
-        return self._loader(self.test_set)
+        return self._loader(self.test_set, sampler=evaluation_sampler(self.test_set, self.trainer))
 
     def _loader(self, dataset: Dataset | None, sampler: Sampler | None = None) -> StatefulDataLoader:
         """A plain DataLoader that can also say where it is in the epoch.
 
         `StatefulDataLoader` (torchdata) is a drop-in `DataLoader` with `state_dict()`: Lightning
         stores it in every checkpoint and restores it on `--ckpt_path`, so a run resumed
-        mid-epoch continues with the very next batch. Without a sampler, Lightning gives each
-        DDP rank its own share of the data.
+        mid-epoch continues with the very next batch.
         """
         assert dataset is not None, "setup() must run before the loaders are built"
         if self.batch_size == "auto":

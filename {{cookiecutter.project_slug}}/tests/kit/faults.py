@@ -17,8 +17,8 @@ from lightning.pytorch.callbacks import Callback
 class SignalAt(Callback):
     """Sends `signum` to this process once, at `step`, in the phase named by `phase`.
 
-    Only the process of DDP rank `rank` sends it, to itself or, with `group`, to its whole
-    process group (every rank). Phases: `train_batch_end`, right after the optimizer step that
+    Only the process of DDP rank `rank` (-1: every rank) sends it, to itself or, with `group`,
+    to its whole process group (every rank). Phases: `train_batch_end`, right after the optimizer step that
     makes `global_step` equal `step` (the moment a periodic checkpoint of that step is
     written); `validation`, at the first validation batch once `global_step` has reached
     `step` (an epoch's closing validation when `step` ends an epoch).
@@ -50,7 +50,7 @@ class SignalAt(Callback):
             self._send(trainer)
 
     def _send(self, trainer: L.Trainer) -> None:
-        if not self._sent and trainer.global_step >= self.step and trainer.global_rank == self.rank:
+        if not self._sent and trainer.global_step >= self.step and self.rank in (-1, trainer.global_rank):
             self._sent = True
             if self.group:  # as a terminal's Ctrl-C does: every process of the job
                 os.killpg(os.getpgid(0), self.signum)

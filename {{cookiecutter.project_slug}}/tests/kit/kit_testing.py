@@ -6,6 +6,7 @@ one name `conftest`, so `from conftest import ...` would reach whichever folder'
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -23,18 +24,12 @@ QUICK = (
 )
 
 
-def run_fixtures(
-    workdir: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    """`python -m kit_fixtures ARGS` in `workdir`, logging there: the kit's CLI around the fixtures.
-
-    The command line a user types, in new processes (DDP needs them). It runs in a process group
-    of its own, so a DDP run whose ranks hang is killed whole and the test fails instead.
-    """
+def start_fixtures(workdir: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start `python -m kit_fixtures ARGS` in `workdir`, logging there, in a process group of its own."""
     # tests/kit holds the fixtures and `faults`, the fault injectors both rooms' tests use.
     path = [PROJECT_ROOT / "src", KIT_TESTS, os.environ.get("PYTHONPATH", "")]
     python_path = os.pathsep.join(str(entry) for entry in path if entry)
-    process = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "kit_fixtures", *args, f"--trainer.default_root_dir={workdir}", *QUICK],
         cwd=workdir,
         env={**os.environ, "PYTHONPATH": python_path, "PYTHONUNBUFFERED": "1", **(env or {})},
@@ -43,13 +38,35 @@ def run_fixtures(
         text=True,
         start_new_session=True,
     )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Wait for a started run. One still going after `timeout` is killed whole (every DDP rank)
+    and the test fails: a hang."""
     try:
         stdout, stderr = process.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
-        pytest.fail(f"python -m kit_fixtures {' '.join(args)} still running after {timeout} s: a hang")
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        pytest.fail(f"{' '.join(map(str, process.args))} still running after {timeout} s: a hang")
+
+
+def run_fixtures(
+    workdir: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`python -m kit_fixtures ARGS` in `workdir`, logging there: the kit's CLI around the fixtures.
+
+    The command line a user types, in new processes (DDP needs them).
+    """
+    return finish(start_fixtures(workdir, *args, env=env), timeout)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a DDP rendezvous."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def run_fixtures_here(monkeypatch: pytest.MonkeyPatch, *args: str) -> None:

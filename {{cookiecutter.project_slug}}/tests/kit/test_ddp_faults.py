@@ -4,13 +4,14 @@ Each run must end within 60 s, with a non-zero exit code, and leave a last.ckpt 
 agreed on: the stop's own step when the ranks stopped together, the previous save otherwise.
 """
 
+import os
 import signal
 import time
 
 import pytest
 import torch
 
-from kit_testing import run_fixtures
+from kit_testing import finish, free_port, run_fixtures, start_fixtures
 
 DDP = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
 # 240 samples, 120 per rank, 16 a batch: 7 steps an epoch; last.ckpt also every 2 steps.
@@ -64,3 +65,68 @@ def test_a_fault_on_any_rank_ends_every_rank_with_a_consistent_checkpoint(tmp_pa
     checkpoint = torch.load(last, map_location="cpu", weights_only=False)
     assert checkpoint["global_step"] == saved_step
     assert not list(tmp_path.rglob("*.partial")), "a half-written checkpoint was left behind"
+
+
+@pytest.mark.slow
+def test_slurms_time_limit_warning_saves_on_every_rank_and_requeues(tmp_path):
+    """Two SLURM tasks (faked: srun's variables, a recording `scontrol`) get SIGUSR1 at step 5."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
+    scontrol.chmod(0o755)
+    slurm = {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_NTASKS": "2",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_NNODES": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }
+    flags = (
+        *RUN,
+        "--trainer.callbacks+=faults.SignalAt",
+        f"--trainer.callbacks.signum={int(signal.SIGUSR1)}",
+    )
+    tasks = [
+        start_fixtures(
+            tmp_path,
+            *flags,
+            "--trainer.callbacks.rank=-1",
+            "--trainer.callbacks.step=5",
+            env={**slurm, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
+        )
+        for rank in (0, 1)
+    ]
+    results = [finish(task, timeout=60) for task in tasks]
+    for result in results:
+        assert result.returncode == STOPPED, (result.stdout + result.stderr)[-3000:]
+    assert "Requeued SLURM job 4242" in results[0].stderr
+    assert (tmp_path / "scontrol.log").read_text().split("\n")[:-1] == ["requeue 4242"]
+    (last,) = tmp_path.rglob("last.ckpt")
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 6
+    assert not list(tmp_path.rglob("hpc_ckpt*")), "Lightning's own in-handler save ran as well"
+
+
+@pytest.mark.slow
+def test_a_ddp_run_stopped_on_one_rank_resumes_to_the_same_weights(tmp_path):
+    """SIGTERM to rank 1 alone at step 5, resume: the weights of a run never stopped (dropout on)."""
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    straight.mkdir()
+    stopped.mkdir()
+    assert run_fixtures(straight, *RUN, timeout=120).returncode == 0
+    signal_rank_1 = ("--trainer.callbacks+=faults.SignalAt", "--trainer.callbacks.rank=1")
+    result = run_fixtures(stopped, *RUN, *signal_rank_1, "--trainer.callbacks.step=5", timeout=60)
+    assert result.returncode == STOPPED, (result.stdout + result.stderr)[-3000:]
+    resumed = run_fixtures(stopped, *RUN, "--ckpt_path=last", timeout=120)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    first, second = (
+        torch.load(next(folder.rglob("last.ckpt")), map_location="cpu", weights_only=False)
+        for folder in (straight, stopped)
+    )
+    assert first["global_step"] == second["global_step"] == 30
+    for name, tensor in first["state_dict"].items():
+        assert torch.equal(tensor, second["state_dict"][name]), f"{name} differs"

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from lightning.pytorch import callbacks
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
+from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
@@ -35,6 +36,16 @@ def metric_mode(monitor: str) -> Literal["min", "max"]:
         f"--checkpoint.monitor={monitor}: cannot tell whether higher or lower is better; "
         "say so with --checkpoint.mode=max or --checkpoint.mode=min."
     )
+
+
+def slurm_requeue_signal(trainer: L.Trainer) -> int | None:
+    """The signal SLURM sends before the time limit (`--signal`), when this run should requeue."""
+    environment = getattr(trainer.strategy, "cluster_environment", None)
+    if environment is None and SLURMEnvironment.detect():  # one device: no cluster environment
+        environment = SLURMEnvironment()
+    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+        return int(environment.requeue_signal or signal.SIGUSR1)
+    return None
 
 
 def is_collective_stop(error: BaseException) -> bool:
@@ -167,9 +178,12 @@ class LastCheckpoint(ModelCheckpoint):
 
 
 class PredictionWriter(BasePredictionWriter):
-    """Writes `predict` results to `predictions.csv` in the run's log folder.
+    """Writes `predict` results to `predictions.csv` in the run's log folder, one row a sample.
 
-    Under DDP every rank writes its own share (`predictions-rank1.csv`, ...).
+    `predict_step` returns a dict of per-sample tensors; each key becomes a column, after an
+    `index` column: the sample's position in the predict data set. Under DDP each rank writes
+    its share, and rank 0 merges the shares in index order, so the file is the same on any
+    number of devices.
     """
 
     def __init__(self) -> None:
@@ -183,16 +197,53 @@ class PredictionWriter(BasePredictionWriter):
         batch_indices: Sequence[Any],
     ) -> None:
         log_dir = Path(trainer.log_dir or trainer.default_root_dir)
-        name = "predictions.csv" if trainer.world_size == 1 else f"predictions-rank{trainer.global_rank}.csv"
         log_dir.mkdir(parents=True, exist_ok=True)
-        path = log_dir / name
-        with path.open("w", newline="") as file:
-            writer = csv.writer(file)
-            writer.writerow(["predicted", "confidence", "target"])
-            for batch in predictions:
-                columns = (batch[key].tolist() for key in ("predicted", "confidence", "target"))
-                writer.writerows((p, f"{c:.4f}", t) for p, c, t in zip(*columns, strict=True))
-        print(f"Wrote {sum(len(b['predicted']) for b in predictions)} predictions to {path}")
+        path = log_dir / "predictions.csv"
+        share = path if trainer.world_size == 1 else log_dir / f".predictions-rank{trainer.global_rank}.csv"
+        write_rows(share, predictions, batch_indices[0])  # indices per dataloader; predict uses one
+        if trainer.world_size > 1:
+            trainer.strategy.barrier("PredictionWriter")
+            if trainer.is_global_zero:
+                shares = sorted(log_dir.glob(".predictions-rank*.csv"))
+                merge_by_index(shares, path)
+                for part in shares:
+                    part.unlink()
+        if trainer.is_global_zero:
+            with path.open() as file:
+                rows = sum(1 for _ in file) - 1
+            print(f"Wrote {rows} predictions to {path}")
+
+
+def write_rows(path: Path, predictions: Sequence[Any], indices: Sequence[Sequence[int]]) -> None:
+    """A CSV of `index` and each predicted field, one row per sample."""
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        columns: list[str] = []
+        for batch, index in zip(predictions, indices, strict=True):
+            if not columns:
+                columns = list(batch)
+                writer.writerow(["index", *columns])
+            values = [batch[key].tolist() for key in columns]
+            for position, row in zip(index, zip(*values, strict=True), strict=True):
+                writer.writerow([position, *(f"{v:.4f}" if isinstance(v, float) else v for v in row)])
+
+
+def merge_by_index(shares: Sequence[Path], path: Path) -> None:
+    """The ranks' CSV files as one, in index order, written atomically."""
+    header: list[str] = []
+    rows: list[list[str]] = []
+    for share in shares:
+        with share.open(newline="") as file:
+            reader = csv.reader(file)
+            header = next(reader, header)
+            rows.extend(reader)
+    rows.sort(key=lambda row: int(row[0]))
+    partial = path.with_name(f".{path.name}.partial")
+    with partial.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(header)
+        writer.writerows(rows)
+    os.replace(partial, path)
 
 
 class ExactResume(Callback):
@@ -253,7 +304,14 @@ class ExactResume(Callback):
 
 
 class StopRequested(SIGTERMException):
-    """A signal reached some rank; every rank stops at the end of the same step (DDP)."""
+    """A signal reached some rank; every rank stops at the end of the same step.
+
+    `requeue`: it was SLURM's warning before the time limit, and the job should be requeued.
+    """
+
+    def __init__(self, requeue: bool = False) -> None:
+        super().__init__()
+        self.requeue = requeue
 
 
 class GracefulInterrupt(Callback):
@@ -278,25 +336,36 @@ class GracefulInterrupt(Callback):
     """
 
     def __init__(self) -> None:
-        self._previous_sigint: Any = None
+        self._previous: dict[int, Any] = {}  # the handlers ours replaced, put back at teardown
         self._lightning_sigterm: Any = None
         self._validating = False
         self._deferred = False
         self._distributed = False
-        self._requested = False  # a signal reached this rank (DDP)
+        self._requested = False  # a signal reached this rank (DDP, or SLURM's warning)
+        self._requeue = False  # that signal was SLURM's warning before the time limit
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Here, not in on_fit_start: Lightning installs its own SIGTERM handler in between.
+        # Here, not in on_fit_start: Lightning installs its own handlers in between.
         self._distributed = trainer.world_size > 1
-        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            self._previous_sigint = signal.signal(signal.SIGINT, self._on_ctrl_c)
-            self._lightning_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        if threading.current_thread() is not threading.main_thread():  # signals reach it only
+            return
+        handlers = {signal.SIGINT: self._on_ctrl_c, signal.SIGTERM: self._on_sigterm}
+        requeue_signal = slurm_requeue_signal(trainer)
+        if requeue_signal is not None:  # Lightning's would save and requeue inside the handler
+            handlers[requeue_signal] = self._on_requeue_signal
+        for signum, handler in handlers.items():
+            self._previous[signum] = signal.signal(signum, handler)
+        self._lightning_sigterm = self._previous[signal.SIGTERM]
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        if not self._distributed or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
             return
-        if trainer.strategy.reduce_boolean_decision(self._requested, all=False):
-            raise StopRequested()
+        if self._distributed:
+            stop = trainer.strategy.reduce_boolean_decision(self._requested, all=False)
+        else:
+            stop = self._requested
+        if stop:
+            raise StopRequested(requeue=self._requeue)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._validating = not trainer.sanity_checking and not self._distributed
@@ -316,17 +385,19 @@ class GracefulInterrupt(Callback):
             launcher.kill(signal.SIGKILL)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self._previous_sigint is not None:
-            signal.signal(signal.SIGINT, self._previous_sigint)
-            self._previous_sigint = None
-        if self._lightning_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._lightning_sigterm)
-            self._lightning_sigterm = None
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        self._lightning_sigterm = None
 
     def _on_ctrl_c(self, signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         rank_zero_info("\nCtrl-C: finishing this step and saving last.ckpt (press again to abort at once).")
         os.kill(os.getpid(), signal.SIGTERM)
+
+    def _on_requeue_signal(self, signum: int, frame: Any) -> None:
+        self._requested = self._requeue = True
+        print(f"SLURM's time-limit warning on PID {os.getpid()}: stopping to requeue.", flush=True)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         if self._distributed:

@@ -39,6 +39,7 @@ from .callbacks import (
     NonFiniteLossError,
     PredictionWriter,
     StopOnNonFiniteLoss,
+    StopRequested,
 )
 from .checkpoints import CheckpointNotFoundError, find_checkpoint, next_version, run_version
 from .tuning import BatchSizeTuner
@@ -373,7 +374,9 @@ def run(
     )
     try:
         return cli_class(default_config_files=default_config_files, args=args)
-    except SIGTERMException:  # Ctrl-C or SIGTERM: LastCheckpoint has saved the state
+    except SIGTERMException as stop:  # Ctrl-C, SIGTERM, SLURM's warning: last.ckpt is saved
+        if isinstance(stop, StopRequested) and stop.requeue and rank_zero_only.rank == 0:
+            print(launcher.requeue_slurm_job(), file=sys.stderr)
         print(
             f"Stopped before the end (exit code {EXIT_STOPPED}): resume with `fit --ckpt_path=last`.",
             file=sys.stderr,

@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from .torch_build import BUILDS, TORCH_BUILD, cuda_version, pip_install_command
+from .torch_build import TORCH_BUILD, pip_install_command, suggested_build
 
 if TYPE_CHECKING:  # imported for real only inside main(), so a broken torch can still be reported
     from .hardware import Driver, Gpu
@@ -213,17 +213,6 @@ def _setup_problem(facts: Facts) -> Problem | None:
 def _install(build: str | None) -> str | None:
     """The commands that replace the installed torch with `build` (pip would keep the old one)."""
     return f"pip uninstall -y torch && {pip_install_command(build)}" if build else None
-
-
-def suggested_build(driver_cuda: tuple[int, int] | None) -> str | None:
-    """The project's build if the driver runs it, else the newest CUDA build it runs (None: none)."""
-    cuda_builds = [build for build in BUILDS if build != "cpu"]
-    if driver_cuda is None:  # unknown limit: the project's choice, or the oldest (most compatible)
-        return TORCH_BUILD if TORCH_BUILD != "cpu" else cuda_builds[0]
-    runnable = [build for build in cuda_builds if (cuda_version(build) or (0, 0)) <= driver_cuda]
-    if TORCH_BUILD in runnable:
-        return TORCH_BUILD
-    return runnable[-1] if runnable else None
 
 
 def _cuda_status(facts: Facts) -> str:

@@ -8,6 +8,7 @@ and settings that contradict it stop the run with a message saying what to chang
 """
 
 import os
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,3 +101,19 @@ def device_count(devices: Any) -> int | None:
     if isinstance(devices, (list, tuple)):
         return len(devices)
     return None if devices in (None, -1) else int(devices)
+
+
+def requeue_slurm_job() -> str:
+    """Put this SLURM job back in the queue (`scontrol requeue`); a line saying how it went."""
+    array_job, array_task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    job = f"{array_job}_{array_task}" if array_job and array_task else os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return "Not requeued: no SLURM_JOB_ID (not a SLURM job)."
+    try:
+        result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"Not requeued: `scontrol requeue {job}` failed ({error}); resubmit with --ckpt_path=last."
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()[:1]
+        return f"Not requeued: `scontrol requeue {job}` exited {result.returncode} {detail}."
+    return f"Requeued SLURM job {job}: it resumes from last.ckpt when it starts again."

@@ -5,6 +5,7 @@ PyPI's default build. Standard library only, on purpose: the noxfile and the doc
 file before (or without) torch being importable.
 """
 
+import re
 import shutil
 import subprocess
 import sys
@@ -50,14 +51,53 @@ def pip_requirement(build: str, version: str = TESTED_TORCH_VERSION, index: str 
     return [requirement, "--index-url", index] if index else [requirement]
 
 
+NVIDIA_SMI_TIMEOUT_S = 10  # a healthy nvidia-smi answers in well under a second
+
+
+def nvidia_smi(*args: str) -> str:
+    """nvidia-smi's output; "" when it is absent, fails or does not answer in time."""
+    path = shutil.which("nvidia-smi")
+    if path is None:
+        return ""
+    try:
+        result = subprocess.run(
+            [path, *args], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout if result.returncode == 0 else ""
+
+
 def nvidia_gpu_count() -> int:
-    """NVIDIA GPUs that nvidia-smi lists (0 without a driver): no torch needed to ask."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        return 0
-    return sum(line.startswith("GPU ") for line in result.stdout.splitlines())
+    """NVIDIA GPUs that nvidia-smi lists (0 without a working driver): no torch needed to ask.
+
+    This is every GPU of the machine; `CUDA_VISIBLE_DEVICES`, MIG and a CPU-only torch can
+    leave torch fewer. Use it to decide whether a CUDA build of torch is worth installing,
+    then ask torch (`visible_gpus_command`).
+    """
+    return sum(line.startswith("GPU ") for line in nvidia_smi("-L").splitlines())
+
+
+def driver_cuda() -> tuple[int, int] | None:
+    """The newest CUDA this machine's NVIDIA driver runs (nvidia-smi's header); None if unknown."""
+    match = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", nvidia_smi())
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def suggested_build(driver_cuda: tuple[int, int] | None) -> str | None:
+    """The project's build if the driver runs it, else the newest CUDA build it runs (None: none)."""
+    cuda_builds = [build for build in BUILDS if build != "cpu"]
+    if driver_cuda is None:  # unknown limit: the project's choice, or the oldest (most compatible)
+        return TORCH_BUILD if TORCH_BUILD != "cpu" else cuda_builds[0]
+    runnable = [build for build in cuda_builds if (cuda_version(build) or (0, 0)) <= driver_cuda]
+    if TORCH_BUILD in runnable:
+        return TORCH_BUILD
+    return runnable[-1] if runnable else None
+
+
+# Run by a session's Python after torch is installed: the GPUs torch itself can use, which
+# respects CUDA_VISIBLE_DEVICES and MIG. Prints 0 for a CPU-only torch.
+VISIBLE_GPUS_CODE = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
 
 
 def _check(build: str) -> None:
