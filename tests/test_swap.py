@@ -113,7 +113,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def fit(project: Path, workdir: Path, *flags: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "src"), str(project / "tests" / "kit")])}
+    paths = [str(project / "src"), str(project / "tests" / "kit")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     command = [
         sys.executable,
         str(project / "main.py"),
