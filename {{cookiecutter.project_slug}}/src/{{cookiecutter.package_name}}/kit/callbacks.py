@@ -5,7 +5,7 @@ import os
 import random
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 from weakref import proxy
@@ -349,7 +349,10 @@ class GracefulInterrupt(Callback):
         self._distributed = trainer.world_size > 1
         if threading.current_thread() is not threading.main_thread():  # signals reach it only
             return
-        handlers = {signal.SIGINT: self._on_ctrl_c, signal.SIGTERM: self._on_sigterm}
+        handlers: dict[int, Callable[[int, Any], None]] = {
+            signal.SIGINT: self._on_ctrl_c,
+            signal.SIGTERM: self._on_sigterm,
+        }
         requeue_signal = slurm_requeue_signal(trainer)
         if requeue_signal is not None:  # Lightning's would save and requeue inside the handler
             handlers[requeue_signal] = self._on_requeue_signal
@@ -448,10 +451,10 @@ class StopOnNonFiniteLoss(Callback):
             with torch.no_grad():
                 for saved, buffer in zip(self._saved_buffers, buffers, strict=True):
                     buffer.copy_(saved)
-            saved = any(isinstance(callback, LastCheckpoint) for callback in trainer.callbacks)
+            kept = any(isinstance(callback, LastCheckpoint) for callback in trainer.callbacks)
             raise NonFiniteLossError(
                 f"the training loss is {loss.item()} at step {trainer.global_step} "
                 f"(epoch {trainer.current_epoch}); training stopped before it changed the weights"
-                f"{', and last.ckpt holds the last good state' if saved else ''}. Try a lower learning "
+                f"{', and last.ckpt holds the last good state' if kept else ''}. Try a lower learning "
                 "rate, gradient clipping (--trainer.gradient_clip_val=1.0), or check the data."
             )

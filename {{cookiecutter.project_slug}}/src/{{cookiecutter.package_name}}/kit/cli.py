@@ -274,12 +274,14 @@ class RunConfig(SaveConfigCallback):
         self.forget_version = forget_version
 
     def setup(self, trainer: Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage == "fit" and self.config.get("ckpt_path"):
-            self.config = self.config.clone()
-            self.config.ckpt_path = None
+        config: Namespace = self.config  # type: ignore[has-type]  # set by SaveConfigCallback
+        if stage == "fit" and config.get("ckpt_path"):
+            config = config.clone()
+            config.ckpt_path = None
             if self.forget_version:
-                for logger in logger_settings(self.config.trainer):
+                for logger in logger_settings(config.trainer):
                     logger.version = None
+            self.config = config
         super().setup(trainer, pl_module, stage)
 
 

@@ -31,7 +31,7 @@ def training_sampler(dataset: Dataset, trainer: L.Trainer | None, seed: int) -> 
     return sampler
 
 
-def evaluation_sampler(dataset: Dataset, trainer: L.Trainer | None) -> Sampler[int] | None:
+def evaluation_sampler(dataset: Dataset | None, trainer: L.Trainer | None) -> Sampler[int] | None:
     """Under DDP, this rank's samples in order, none repeated; None (plain order) otherwise.
 
     Ranks may get one batch fewer than others, which evaluation allows: DDP syncs buffers on
