@@ -27,6 +27,7 @@ def fake_machine(
     driver: Driver | None = None,
     cuda_build: str | None = None,
     project_build: str = "cpu",
+    nvidia_smi_problem: str | None = None,
 ) -> None:
     answers = {
         "torch_version": f"2.9.0+{'cu' + cuda_build.replace('.', '') if cuda_build else 'cpu'}",
@@ -37,10 +38,12 @@ def fake_machine(
         "mps_available": False,
         "lightning_auto_accelerator": "cuda" if gpus else "cpu",
         "cpu_cores": 16,
+        "nvidia_smi_problem": nvidia_smi_problem,
     }
     for name, answer in answers.items():
         monkeypatch.setattr(hardware, name, lambda answer=answer: answer)
     monkeypatch.setattr(doctor, "TORCH_BUILD", project_build)
+    monkeypatch.setattr(torch_build, "TORCH_BUILD", project_build)  # suggested_build reads it there
 
 
 def run_doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -195,3 +198,23 @@ def test_torch_build_module_needs_only_the_standard_library():
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert all(name and name.split(".")[0] in sys.stdlib_module_names for name in imported), imported
+
+
+def test_an_nvidia_smi_that_hangs_is_named_as_the_first_problem(monkeypatch, capsys):
+    problem = "nvidia-smi did not answer within 10 s"
+    fake_machine(monkeypatch, driver=None, nvidia_smi_problem=problem)
+    assert doctor.main([]) == 1
+    output = capsys.readouterr().out
+    assert f"PROBLEM: {problem}: the NVIDIA driver may be hung" in output and "reboot" in output
+
+
+@pytest.mark.parametrize("accelerator", ["banana", "TPU"])
+def test_the_doctor_refuses_an_unknown_accelerator_and_checks_tpu(monkeypatch, capsys, accelerator):
+    fake_machine(monkeypatch)
+    if accelerator == "banana":
+        with pytest.raises(SystemExit) as stop:
+            doctor.main(["--accelerator=banana"])
+        assert stop.value.code == 2 and "invalid choice: 'banana'" in capsys.readouterr().err
+    else:
+        assert doctor.main([f"--accelerator={accelerator}"]) == 1
+        assert "asks for a TPU, but none is here" in capsys.readouterr().out
