@@ -433,23 +433,24 @@ class StopOnNonFiniteLoss(Callback):
     """
 
     def __init__(self) -> None:
+        self._buffers: list[Tensor] = []
         self._saved_buffers: list[Tensor] = []
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Found once: walking the modules at every step would cost more than the copies.
+        self._buffers = [buffer for buffer in pl_module.buffers() if buffer.is_floating_point()]
+        self._saved_buffers = [buffer.detach().clone() for buffer in self._buffers]
+
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        buffers = [buffer for buffer in pl_module.buffers() if buffer.is_floating_point()]
-        if len(self._saved_buffers) != len(buffers):
-            self._saved_buffers = [buffer.detach().clone() for buffer in buffers]
-            return
         with torch.no_grad():
-            for saved, buffer in zip(self._saved_buffers, buffers, strict=True):
+            for saved, buffer in zip(self._saved_buffers, self._buffers, strict=True):
                 saved.copy_(buffer)
 
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
         bad = not bool(torch.isfinite(loss).all())
         if trainer.strategy.reduce_boolean_decision(bad, all=False):
-            buffers = [buffer for buffer in pl_module.buffers() if buffer.is_floating_point()]
             with torch.no_grad():
-                for saved, buffer in zip(self._saved_buffers, buffers, strict=True):
+                for saved, buffer in zip(self._saved_buffers, self._buffers, strict=True):
                     buffer.copy_(saved)
             kept = any(isinstance(callback, LastCheckpoint) for callback in trainer.callbacks)
             raise NonFiniteLossError(
