@@ -5,6 +5,7 @@ Each bad request ends with one line and exit code 2, before anything is written.
 
 import errno
 import fcntl
+import os
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,17 @@ def test_a_full_disk_leaves_the_previous_checkpoint_whole_and_no_partial_file(tm
         save_atomically(DiskFullTrainer(), best)
     assert best.read_bytes() == b"the good one"
     assert [p.name for p in tmp_path.iterdir()] == [best.name]
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.ENOSPC])
+def test_a_logs_folder_that_cannot_be_written_gets_one_line(run_main, capsys, monkeypatch, trained, code):
+    real_makedirs = os.makedirs
+
+    def unwritable(path, *args, **kwargs):  # as a read-only mount or a full disk answers
+        if "lightning_logs" in str(path):
+            raise OSError(code, os.strerror(code), str(path))
+        return real_makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "makedirs", unwritable)
+    message = refused(run_main, capsys, "test", "--ckpt_path=last")
+    assert os.strerror(code) in message and "--trainer.default_root_dir=DIR" in message
