@@ -58,9 +58,13 @@ def run_fit(
     return subprocess.CompletedProcess(process.args, process.returncode, output)
 
 
-def last_checkpoint(save_dir: Path) -> dict:
+def last_checkpoint_path(save_dir: Path) -> Path:
     (path,) = save_dir.rglob("last.ckpt")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return path
+
+
+def last_checkpoint(save_dir: Path) -> dict:
+    return torch.load(last_checkpoint_path(save_dir), map_location="cpu", weights_only=True)
 
 
 def assert_same_weights(first: dict, second: dict) -> None:
@@ -104,6 +108,8 @@ FAULTS = {
     "SIGKILL-after-periodic-save": (signal.SIGKILL, 12, "train_batch_end", 10),
     "SIGKILL-after-epoch-end-save": (signal.SIGKILL, 22, "train_batch_end", 20),
     "SIGKILL-in-epoch-end-validation": (signal.SIGKILL, 40, "validation", 35),
+    # Killed with half of step 15's last.ckpt written: the whole one of step 10 stays in place.
+    "SIGKILL-mid-checkpoint-write": (signal.SIGKILL, 15, "checkpoint_write", 10),
 }
 
 
@@ -125,6 +131,9 @@ def test_a_run_stopped_at_any_phase_resumes_to_the_same_weights(tmp_path, uninte
         assert "resume with `fit --ckpt_path=last`" in stopped.stdout
     interrupted = last_checkpoint(tmp_path)
     assert interrupted["global_step"] == saved_step
+    if phase == "checkpoint_write":  # the kill landed mid-write: a torn file beside the whole one
+        (torn,) = tmp_path.rglob(".last.ckpt.partial")
+        assert 0 < torn.stat().st_size < last_checkpoint_path(tmp_path).stat().st_size * 2
     if phase == "validation" and signum != signal.SIGKILL:
         # The validation under way finished before the save: the epoch is complete, and its
         # metrics reached TensorBoard.

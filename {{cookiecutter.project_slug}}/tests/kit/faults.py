@@ -6,8 +6,10 @@ Added to a run the way Lightning's docs add any callback:
 loop; this one lands at the same step and phase every time.
 """
 
+import io
 import os
 import signal
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -18,10 +20,12 @@ class SignalAt(Callback):
     """Sends `signum` to this process once, at `step`, in the phase named by `phase`.
 
     Only the process of DDP rank `rank` (-1: every rank) sends it, to itself or, with `group`,
-    to its whole process group (every rank). Phases: `train_batch_end`, right after the optimizer step that
-    makes `global_step` equal `step` (the moment a periodic checkpoint of that step is
-    written); `validation`, at the first validation batch once `global_step` has reached
-    `step` (an epoch's closing validation when `step` ends an epoch).
+    to its whole process group (every rank). Phases: `train_batch_end`, right after the
+    optimizer step that makes `global_step` equal `step` (the moment a periodic checkpoint of
+    that step is written); `validation`, at the first validation batch once `global_step` has
+    reached `step` (an epoch's closing validation when `step` ends an epoch);
+    `checkpoint_write`, halfway through writing the first checkpoint file once `global_step`
+    has reached `step` (half its bytes are on disk).
     """
 
     def __init__(
@@ -32,14 +36,30 @@ class SignalAt(Callback):
         rank: int = 0,
         group: bool = False,
     ) -> None:
-        if phase not in ("train_batch_end", "validation"):
-            raise ValueError(f"phase must be train_batch_end or validation, got {phase!r}")
+        if phase not in ("train_batch_end", "validation", "checkpoint_write"):
+            raise ValueError(f"phase must be train_batch_end, validation or checkpoint_write, got {phase!r}")
         self.step = step
         self.phase = phase
         self.signum = signum
         self.rank = rank
         self.group = group
         self._sent = False
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.phase != "checkpoint_write":
+            return
+        checkpoint_io = trainer.strategy.checkpoint_io
+        write = checkpoint_io.save_checkpoint
+
+        def write_half_then_signal(checkpoint: dict, path: str, *args: object, **kwargs: object) -> None:
+            if trainer.global_step >= self.step:
+                buffer = io.BytesIO()
+                torch.save(checkpoint, buffer)
+                Path(path).write_bytes(buffer.getvalue()[: buffer.tell() // 2])
+                self._send(trainer)
+            write(checkpoint, path, *args, **kwargs)
+
+        checkpoint_io.save_checkpoint = write_half_then_signal  # type: ignore[method-assign]
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
         if self.phase == "train_batch_end":
