@@ -111,22 +111,35 @@ def test_slurms_time_limit_warning_saves_on_every_rank_and_requeues(tmp_path):
     assert not list(tmp_path.rglob("hpc_ckpt*")), "Lightning's own in-handler save ran as well"
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_ddp(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    folder = tmp_path_factory.mktemp("straight")
+    assert run_fixtures(folder, *RUN, timeout=120).returncode == 0
+    return torch.load(next(folder.rglob("last.ckpt")), map_location="cpu", weights_only=False)
+
+
+# signal to rank 1 alone at step 5: (exit code, the step last.ckpt then holds)
+RANK_1_FAULTS = {
+    "SIGTERM": (signal.SIGTERM, STOPPED, 6),  # the ranks stop together and save
+    "SIGKILL": (signal.SIGKILL, "error", 4),  # no save: the periodic one of step 4 is all there is
+}
+
+
 @pytest.mark.slow
-def test_a_ddp_run_stopped_on_one_rank_resumes_to_the_same_weights(tmp_path):
-    """SIGTERM to rank 1 alone at step 5, resume: the weights of a run never stopped (dropout on)."""
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    straight.mkdir()
-    stopped.mkdir()
-    assert run_fixtures(straight, *RUN, timeout=120).returncode == 0
+@pytest.mark.parametrize("fault", RANK_1_FAULTS.values(), ids=RANK_1_FAULTS.keys())
+def test_a_ddp_run_stopped_on_one_rank_resumes_to_the_same_weights(tmp_path, uninterrupted_ddp, fault):
+    """A signal to rank 1 alone, then --ckpt_path=last: the weights of a run never stopped."""
+    signum, expected_exit, saved_step = fault
     signal_rank_1 = ("--trainer.callbacks+=faults.SignalAt", "--trainer.callbacks.rank=1")
-    result = run_fixtures(stopped, *RUN, *signal_rank_1, "--trainer.callbacks.step=5", timeout=60)
-    assert result.returncode == STOPPED, (result.stdout + result.stderr)[-3000:]
-    resumed = run_fixtures(stopped, *RUN, "--ckpt_path=last", timeout=120)
+    flags = (*signal_rank_1, "--trainer.callbacks.step=5", f"--trainer.callbacks.signum={int(signum)}")
+    result = run_fixtures(tmp_path, *RUN, *flags, timeout=60)
+    output = (result.stdout + result.stderr)[-3000:]
+    assert result.returncode != 0 if expected_exit == "error" else result.returncode == expected_exit, output
+    (last,) = tmp_path.rglob("last.ckpt")
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == saved_step
+    resumed = run_fixtures(tmp_path, *RUN, "--ckpt_path=last", timeout=120)
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
-    first, second = (
-        torch.load(next(folder.rglob("last.ckpt")), map_location="cpu", weights_only=False)
-        for folder in (straight, stopped)
-    )
-    assert first["global_step"] == second["global_step"] == 30
-    for name, tensor in first["state_dict"].items():
-        assert torch.equal(tensor, second["state_dict"][name]), f"{name} differs"
+    final = torch.load(last, map_location="cpu", weights_only=False)
+    assert final["global_step"] == uninterrupted_ddp["global_step"] == 30
+    for name, tensor in uninterrupted_ddp["state_dict"].items():
+        assert torch.equal(tensor, final["state_dict"][name]), f"{name} differs"
