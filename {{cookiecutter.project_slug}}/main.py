@@ -1,4 +1,8 @@
-"""Train, validate, test or predict: `python main.py fit --help` lists every setting."""
+"""Train, validate, test or predict: `python main.py fit --help` lists every setting.
+
+Also `python main.py doctor` (this machine's torch and GPUs) and `python main.py sweep`
+(hyperparameter search with Optuna, configs/sweep.yaml).
+"""
 
 import sys
 
@@ -7,6 +11,10 @@ if __name__ == "__main__":  # required: spawn-based DDP launchers re-import this
         from {{ cookiecutter.package_name }}.kit.doctor import main as doctor
 
         raise SystemExit(doctor(sys.argv[2:]))
+    if sys.argv[1:2] == ["sweep"]:  # an Optuna study whose trials are `fit` runs of this file
+        from {{ cookiecutter.package_name }}.kit.sweep import main as sweep
+
+        raise SystemExit(sweep([sys.executable, __file__, "fit"], sys.argv[2:]))
     from {{ cookiecutter.package_name }}.cli import cli_main
 
     cli_main()  # reads configs/default.yaml first, then your -c files and flags

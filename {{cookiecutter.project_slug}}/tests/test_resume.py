@@ -160,15 +160,6 @@ def test_a_signal_from_outside_at_any_moment_resumes_to_the_same_weights(tmp_pat
 
 
 @pytest.mark.slow
-def test_same_seed_same_config_gives_identical_runs(tmp_path, uninterrupted):
-    again = tmp_path / "again"
-    again.mkdir()
-    result = run_fit(again)
-    assert result.returncode == 0, result.stdout
-    assert_same_weights(last_checkpoint(again), uninterrupted["checkpoint"])
-
-
-@pytest.mark.slow
 def test_non_finite_loss_stops_naming_the_step_and_keeps_good_weights(tmp_path):
     result = run_fit(tmp_path, "--trainer.callbacks+=faults.NaNBatchAt", "--trainer.callbacks.step=17")
     assert result.returncode == 1, result.stdout

@@ -6,6 +6,7 @@ Run as `python -m kit_fixtures fit ...` (with src/ and this folder on PYTHONPATH
 
 import math
 import os
+import sys
 from typing import Literal
 
 import lightning as L
@@ -136,4 +137,8 @@ class FixtureCLI(KitCLI):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["sweep"]:  # the kit's sweep, its trials `fit` runs of these fixtures
+        from {{ cookiecutter.package_name }}.kit.sweep import main as sweep
+
+        raise SystemExit(sweep([sys.executable, "-m", "kit_fixtures", "fit"], sys.argv[2:]))
     run(FixtureCLI)

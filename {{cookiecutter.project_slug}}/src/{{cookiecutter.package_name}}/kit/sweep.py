@@ -1,0 +1,357 @@
+"""`sweep`: an Optuna study whose trials are ordinary `fit` runs of this project.
+
+Every trial is `fit` in a process of its own with the flags you gave `sweep` plus the sampled
+settings, so presets, DDP, `--data.batch_size=auto`, checkpoints and TensorBoard apply
+unchanged. The trial writes its validation metric after each epoch (`MetricsFile`); this
+process reports it to Optuna and, when the pruner says so, stops the trial with SIGTERM: every
+rank then stops together at the next step, as for any preemption. The study lives in storage
+(a journal file under the logs folder, or any `--storage` URL), so rerunning the command, or
+starting more workers on other machines, continues the same study.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+import yaml
+
+POLL_S = 0.5  # how often this process reads a running trial's metrics
+PRUNED_AFTER_S = 120  # a pruned trial still running after this long is killed
+DEFAULT_SPACE = Path("configs/sweep.yaml")
+
+
+class SweepError(Exception):
+    """A sweep that cannot start as asked; the message names the problem and the fix."""
+
+
+class MetricsFile(L.Callback):
+    """Appends `{"epoch": N, "value": V}` to `path` after each validation (rank 0 only)."""
+
+    def __init__(self, path: str, metric: str = "val/acc") -> None:
+        self.path = Path(path)
+        self.metric = metric
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        value = trainer.callback_metrics.get(self.metric)
+        if value is None:
+            known = ", ".join(sorted(trainer.callback_metrics)) or "none"
+            raise SweepError(f"the sweep's metric {self.metric!r} was not logged; logged: {known}")
+        with self.path.open("a") as file:
+            file.write(json.dumps({"epoch": trainer.current_epoch, "value": float(value)}) + "\n")
+
+
+@dataclass
+class Space:
+    """The search space file: the metric, its direction, the pruner and each setting's range."""
+
+    metric: str
+    direction: Literal["maximize", "minimize"]
+    pruner: dict[str, Any]
+    params: dict[str, dict[str, Any]]
+    seed: int | None
+
+
+def load_space(path: Path) -> Space:
+    if not path.is_file():
+        raise SweepError(f"search space {path} does not exist: pass --space=FILE, e.g. configs/sweep.yaml")
+    spec = yaml.safe_load(path.read_text()) or {}
+    params = spec.get("params") or {}
+    if not params:
+        raise SweepError(f"search space {path} names no params: add e.g. `optimizer.init_args.lr`")
+    for key, param in params.items():
+        kind = param.get("type")
+        if kind not in ("float", "int", "categorical"):
+            raise SweepError(f"{path}: {key} has type {kind!r}; use float, int or categorical")
+        needed = ("choices",) if kind == "categorical" else ("low", "high")
+        missing = [name for name in needed if name not in param]
+        if missing:
+            raise SweepError(f"{path}: {key} ({kind}) needs {' and '.join(missing)}")
+    direction = spec.get("direction", "maximize")
+    if direction not in ("maximize", "minimize"):
+        raise SweepError(f"{path}: direction {direction!r}; use maximize or minimize")
+    pruner = spec.get("pruner") or {"type": "median"}
+    pruner = {"type": pruner} if isinstance(pruner, str) else pruner
+    return Space(spec.get("metric", "val/acc"), direction, pruner, params, spec.get("seed"))
+
+
+def check_keys(space: Space, config: dict[str, Any]) -> None:
+    """Every searched key exists in the config `fit` would use; one line per sweep otherwise."""
+    for key in space.params:
+        node: Any = config
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise SweepError(
+                    f"search space key {key!r} is not in the config ({part!r} not found): use the keys "
+                    "`python main.py fit --print_config` shows, e.g. optimizer.init_args.lr"
+                )
+            node = node[part]
+
+
+def make_pruner(spec: dict[str, Any]) -> Any:
+    import optuna
+
+    kind = spec.get("type", "median")
+    settings = {key: value for key, value in spec.items() if key != "type"}
+    pruners = {
+        "median": optuna.pruners.MedianPruner,
+        "hyperband": optuna.pruners.HyperbandPruner,
+        "threshold": optuna.pruners.ThresholdPruner,
+        "none": optuna.pruners.NopPruner,
+    }
+    if kind not in pruners:
+        raise SweepError(f"pruner {kind!r}: use one of {', '.join(pruners)}")
+    return pruners[kind](**settings)
+
+
+def suggest(trial: Any, key: str, param: dict[str, Any]) -> Any:
+    if param["type"] == "categorical":
+        return trial.suggest_categorical(key, param["choices"])
+    low, high, step, log = param["low"], param["high"], param.get("step"), param.get("log", False)
+    if param["type"] == "int":
+        return trial.suggest_int(key, low, high, step=step or 1, log=log)
+    return trial.suggest_float(key, low, high, step=step, log=log)
+
+
+def flag(key: str, value: Any) -> str:
+    return f"--{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+def print_config(fit_command: Sequence[str], fit_args: Sequence[str]) -> dict[str, Any]:
+    """The full config `fit` would run with these flags; `fit`'s own one-line error otherwise."""
+    result = subprocess.run([*fit_command, *fit_args, "--print_config"], capture_output=True, text=True)
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        reason = lines[-1] if lines else f"exit code {result.returncode}"
+        raise SweepError(f"the fit flags given to sweep are refused: {reason}")
+    return yaml.safe_load(result.stdout)
+
+
+def storage_for(url: str | None, study_dir: Path) -> Any:
+    """`url` as given, or a journal file in the study's folder (safe for several local workers)."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if url:
+        return url
+    study_dir.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(study_dir / "journal.log")))
+
+
+def open_study(attempts: int = 5, **settings: Any) -> Any:
+    """Create the study or join it. Workers that start together on a new database race to
+    create its tables; the losers wait a moment and join. A storage that stays unreachable
+    ends the sweep with one line."""
+    import optuna
+
+    for attempt in range(attempts):
+        try:
+            return optuna.create_study(load_if_exists=True, **settings)
+        except Exception as error:  # the database driver's own errors, whatever the driver
+            if not type(error).__module__.startswith("sqlalchemy"):
+                raise
+            if attempt == attempts - 1:
+                first_line = str(error).strip().splitlines()[0]
+                raise SweepError(f"cannot open the storage: {first_line}") from None
+            time.sleep(1 + attempt)
+    raise AssertionError("unreachable")
+
+
+def fail_abandoned_trials(study: Any) -> None:
+    """Trials left RUNNING by a worker of this machine that no longer exists are marked failed."""
+    import optuna
+
+    host = socket.gethostname()
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker_host, _, pid = str(trial.user_attrs.get("worker", "")).partition(":")
+        if worker_host == host and pid.isdigit() and not pid_alive(int(pid)):
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            print(f"Trial {trial.number}: its worker (PID {pid}) is gone; marked failed.")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_trial(
+    study: Any, trial: Any, command: list[str], metrics: Path, log: Path
+) -> tuple[str, float | None]:
+    """Run one trial's `fit`, reporting each epoch's metric; ("complete"|"pruned"|"failed", best)."""
+    values: list[float] = []
+    pruned_at: float | None = None
+    with log.open("w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            seen = 0
+            while process.poll() is None or seen < count_lines(metrics):
+                for record in read_records(metrics)[seen:]:
+                    seen += 1
+                    values.append(record["value"])
+                    trial.report(record["value"], record["epoch"])
+                    if pruned_at is None and trial.should_prune():
+                        pruned_at = time.monotonic()
+                        os.killpg(process.pid, signal.SIGTERM)  # every rank stops at the next step
+                if pruned_at is not None and time.monotonic() - pruned_at > PRUNED_AFTER_S:
+                    os.killpg(process.pid, signal.SIGKILL)
+                time.sleep(POLL_S)
+        except BaseException:  # Ctrl-C in the sweep: stop the trial too, cleanly
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+            raise
+    best = (max if study.direction.name == "MAXIMIZE" else min)(values) if values else None
+    if pruned_at is not None:
+        return "pruned", best
+    return ("complete" if process.returncode == 0 and best is not None else "failed"), best
+
+
+def count_lines(path: Path) -> int:
+    return len(read_records(path))
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def summary(study: Any) -> str:
+    """A table of every trial: number, state, metric, parameters."""
+    rows = [("trial", "state", "value", "params")]
+    for trial in study.get_trials(deepcopy=False):
+        value = "" if trial.value is None else f"{trial.value:.4f}"
+        params = ", ".join(f"{key}={format_value(v)}" for key, v in trial.params.items())
+        rows.append((str(trial.number), trial.state.name.lower(), value, params))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows)
+
+
+def format_value(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def write_best(study: Any, study_dir: Path, root_dir: Any) -> Path | None:
+    """The best trial's full config as `best.yaml`: `fit -c best.yaml` trains it again."""
+    try:
+        best = study.best_trial
+    except ValueError:
+        return None
+    configs = sorted((study_dir / f"trial_{best.number:03d}").glob("*/version_*/config.yaml"))
+    if not configs:
+        return None
+    config_path = configs[0]
+    config = yaml.safe_load(config_path.read_text())
+    trainer = config.get("trainer") or {}
+    trainer["default_root_dir"] = root_dir  # the user's own, not the trial's folder
+    callbacks = trainer.get("callbacks") or []
+    trainer["callbacks"] = [c for c in callbacks if not str(c.get("class_path", "")).endswith(".MetricsFile")]
+    path = study_dir / "best.yaml"
+    header = f"# Trial {best.number} of study {study.study_name}: {best.value}\n"
+    path.write_text(header + yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="python main.py sweep",
+        description="Hyperparameter search with Optuna; every other flag goes to each trial's `fit`.",
+        allow_abbrev=False,
+    )
+    add = parser.add_argument
+    add("--n_trials", type=int, default=10, help="trials in the study, all workers together (default: 10)")
+    add("--space", type=Path, default=DEFAULT_SPACE, help="search space file (default: %(default)s)")
+    add("--study", default="sweep", help="study name; its folder: <logs>/sweeps/<study> (default: sweep)")
+    add("--storage", help="storage URL shared by workers, e.g. postgresql://... (default: a journal file)")
+    return parser.parse_known_args(list(argv))
+
+
+def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
+    """Run the sweep; exit code 0, or 2 with one line for a sweep that cannot start."""
+    args, fit_args = parse(argv)
+    try:
+        import optuna
+    except ImportError:
+        print('error: sweep needs Optuna: pip install -e ".[sweep]"', file=sys.stderr)
+        return 2
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        space = load_space(args.space)
+        config = print_config(fit_command, fit_args)
+        check_keys(space, config)
+        root_dir = (config.get("trainer") or {}).get("default_root_dir") or "."
+        study_dir = Path(root_dir) / "sweeps" / args.study
+        study = open_study(
+            study_name=args.study,
+            storage=storage_for(args.storage, study_dir),
+            direction=space.direction,
+            pruner=make_pruner(space.pruner),
+            sampler=optuna.samplers.TPESampler(seed=space.seed),
+        )
+    except SweepError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    fail_abandoned_trials(study)
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    while True:
+        finished = study.get_trials(deepcopy=False, states=counted_states())
+        if len(finished) >= args.n_trials:
+            break
+        trial = study.ask()
+        trial.set_user_attr("worker", worker)
+        params = {key: suggest(trial, key, param) for key, param in space.params.items()}
+        folder = study_dir / f"trial_{trial.number:03d}"
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        metrics = folder / "metrics.jsonl"
+        command = [
+            *fit_command,
+            *fit_args,
+            *(flag(key, value) for key, value in params.items()),
+            f"--trainer.default_root_dir={folder}",
+            f"--trainer.callbacks+={MetricsFile.__module__}.MetricsFile",
+            f"--trainer.callbacks.path={metrics}",
+            f"--trainer.callbacks.metric={space.metric}",
+        ]
+        shown_params = ", ".join(f"{key}={format_value(value)}" for key, value in params.items())
+        print(f"Trial {trial.number}: {shown_params}", flush=True)
+        state, best = run_trial(study, trial, command, metrics, folder / "output.log")
+        if state == "complete":
+            study.tell(trial, best)
+        else:
+            pruned = state == "pruned"
+            study.tell(
+                trial, state=optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.FAIL
+            )
+        shown = "" if best is None else f" ({space.metric} {best:.4f})"
+        print(f"Trial {trial.number}: {state}{shown}; output in {folder / 'output.log'}", flush=True)
+    print(summary(study))
+    best_yaml = write_best(study, study_dir, root_dir)
+    if best_yaml is not None:
+        print(f"Best trial's config: {best_yaml} (python main.py fit -c {best_yaml})")
+    return 0
+
+
+def counted_states() -> tuple[Any, ...]:
+    """Trials that count towards --n_trials: done, pruned or under way (failed ones are retried)."""
+    from optuna.trial import TrialState
+
+    return (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
