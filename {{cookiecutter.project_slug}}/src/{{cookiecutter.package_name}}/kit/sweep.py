@@ -75,10 +75,16 @@ def load_space(path: Path) -> Space:
         kind = param.get("type")
         if kind not in ("float", "int", "categorical"):
             raise SweepError(f"{path}: {key} has type {kind!r}; use float, int or categorical")
+        if kind == "categorical" and not param.get("choices"):
+            raise SweepError(f"{path}: {key} (categorical) needs a non-empty list of choices")
         needed = ("choices",) if kind == "categorical" else ("low", "high")
         missing = [name for name in needed if name not in param]
         if missing:
             raise SweepError(f"{path}: {key} ({kind}) needs {' and '.join(missing)}")
+        if kind != "categorical" and not param["low"] < param["high"]:
+            raise SweepError(f"{path}: {key} has low {param['low']} >= high {param['high']}; swap them")
+        if param.get("log") and param["low"] <= 0:
+            raise SweepError(f"{path}: {key} is log-scaled, so low must be above 0, not {param['low']}")
     direction = spec.get("direction", "maximize")
     if direction not in ("maximize", "minimize"):
         raise SweepError(f"{path}: direction {direction!r}; use maximize or minimize")
