@@ -339,7 +339,12 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
         ]
         shown_params = ", ".join(f"{key}={format_value(value)}" for key, value in params.items())
         print(f"Trial {trial.number}: {shown_params}", flush=True)
-        state, best = run_trial(study, trial, command, metrics, folder / "output.log")
+        try:
+            state, best = run_trial(study, trial, command, metrics, folder / "output.log")
+        except KeyboardInterrupt:  # the trial was stopped too; rerun the command to go on
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            print(f"\nSweep interrupted: trial {trial.number} marked failed. Rerun the command to continue.")
+            return 130
         if state == "complete":
             study.tell(trial, best)
         else:
