@@ -68,6 +68,7 @@ def test_a_sweep_runs_its_trials_and_its_best_config_trains_the_best_trial_again
     assert [t.state.name for t in done] == ["COMPLETE"] * 2
     assert len({t.params["optimizer.init_args.lr"] for t in done}) == 2, "each trial its own settings"
     assert "trial  state" in result.stdout and "best.yaml" in result.stdout
+    assert "Importance of each setting (sums to 1): " in result.stdout
     for trial in done:  # each trial is a run of its own, with TensorBoard and checkpoints
         (run,) = (tmp_path / "sweeps" / "sweep" / f"trial_{trial.number:03d}").glob("*/version_0")
         assert list(run.glob("events.out.tfevents.*")) and (run / "checkpoints" / "last.ckpt").is_file()

@@ -267,6 +267,20 @@ def summary(study: Any) -> str:
     return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows)
 
 
+def importances(study: Any) -> str:
+    """Which settings mattered most so far (Optuna's estimate); empty before two finished trials."""
+    import optuna
+
+    if len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))) < 2:
+        return ""
+    try:
+        scores = optuna.importance.get_param_importances(study)
+    except (ValueError, RuntimeError):  # e.g. every trial sampled the same values
+        return ""
+    shown = ", ".join(f"{key} {score:.2f}" for key, score in scores.items())
+    return f"Importance of each setting (sums to 1): {shown}" if shown else ""
+
+
 def format_value(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
@@ -376,6 +390,8 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
         shown = "" if best is None else f" ({space.metric} {best:.4f})"
         print(f"Trial {trial.number}: {state}{shown}; output in {folder / 'output.log'}", flush=True)
     print(summary(study))
+    if ranking := importances(study):
+        print(ranking)
     best_yaml = write_best(study, study_dir, root_dir, autolog_hparams)
     if best_yaml is not None:
         print(f"Best trial's config: {best_yaml} (python main.py fit -c {best_yaml})")
