@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import MAIN, PROJECT_ROOT
+from conftest import MAIN, PROJECT_ROOT, tensorboard_scalars
 from {{ cookiecutter.package_name }}.kit import torch_build
 
 
@@ -41,6 +41,8 @@ PRESETS = {
     "gpu": {"accelerator": "gpu", "devices": 1, "strategy": "auto"},
     "ddp": {"accelerator": "gpu", "devices": "auto", "strategy": "ddp"},
     "ddp_cpu": {"accelerator": "cpu", "devices": 2, "strategy": "ddp"},
+    "bf16": {"precision": "bf16-mixed", "accelerator": "auto"},  # precision only: stacks on a device's
+    "fp16": {"precision": "16-mixed", "accelerator": "auto"},
 }
 
 
@@ -48,9 +50,18 @@ PRESETS = {
 def test_presets_say_how_to_use_them_and_stack_on_the_defaults(name, run_main, capsys):
     preset = PROJECT_ROOT / "configs" / "presets" / f"{name}.yaml"
     text = preset.read_text()
-    assert text.startswith("# ") and f"python main.py fit -c configs/presets/{name}.yaml" in text
+    assert text.startswith("# ") and f"-c configs/presets/{name}.yaml" in text
     with pytest.raises(SystemExit):
         run_main("fit", "-c", str(preset), "--print_config")
     trainer = yaml.safe_load(capsys.readouterr().out)["trainer"]
     assert {key: trainer[key] for key in PRESETS[name]} == PRESETS[name]
     assert trainer["default_root_dir"] == "logs", "configs/default.yaml still applies"
+
+
+@pytest.mark.slow
+def test_bf16_mixed_precision_trains_on_the_cpu(run_main, tmp_path):
+    run_main("fit", "-c", str(PROJECT_ROOT / "configs/presets/bf16.yaml"), "--trainer.max_epochs=2")
+    (run,) = (tmp_path / "logs" / "lightning_logs").glob("version_*")
+    assert "precision: bf16-mixed" in (run / "config.yaml").read_text()
+    scalars = tensorboard_scalars(run)
+    assert scalars["val/acc"][-1] > 0.8, scalars["val/acc"]  # ten classes: chance is 0.1

@@ -42,6 +42,7 @@ from .callbacks import (
     StopRequested,
 )
 from .checkpoints import CheckpointNotFoundError, find_checkpoint, next_version, run_version
+from .compiling import CompileModel
 from .tuning import BatchSizeTuner
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -135,11 +136,12 @@ class KitCLI(LightningCLI):
         parser.set_defaults({"trainer.callbacks": [{"class_path": class_path(c)} for c in KIT_CALLBACKS]})
         # Callbacks that a Trainer flag switches on or off, as config groups (flags and YAML keys):
         # --checkpoint.* and --last_checkpoint.* (enable_checkpointing), --tuner.*
-        # (--data.batch_size=auto), --progress_bar.* (enable_progress_bar).
+        # (--data.batch_size=auto), --progress_bar.* (enable_progress_bar); and --compile.*.
         parser.add_class_arguments(BestCheckpoint, "checkpoint", instantiate=False)
         parser.add_class_arguments(LastCheckpoint, "last_checkpoint", instantiate=False)
         parser.add_class_arguments(BatchSizeTuner, "tuner", instantiate=False)
         parser.add_class_arguments(TQDMProgressBar, "progress_bar", instantiate=False)
+        parser.add_class_arguments(CompileModel, "compile", instantiate=False)  # --compile.enabled=true
         # Lightning's default bar (Rich, when installed) redraws 100 times a second from a second
         # thread: in a terminal that slows a small model's steps by a third.
         parser.set_defaults({"progress_bar.refresh_rate": 10})
@@ -220,6 +222,8 @@ class KitCLI(LightningCLI):
                 callbacks += [BestCheckpoint(**config.checkpoint), LastCheckpoint(**config.last_checkpoint)]
             if self.datamodule.batch_size == "auto" or config.tuner.scale_lr != "none":
                 callbacks.append(BatchSizeTuner(**config.tuner))
+        if config.compile.enabled:
+            callbacks.append(CompileModel(**config.compile))
         if config.trainer.get("enable_progress_bar") is not False and not any(
             isinstance(callback, ProgressBar) for callback in config.trainer.get("callbacks") or []
         ):
