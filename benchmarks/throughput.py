@@ -34,7 +34,7 @@ from torch.utils.data import TensorDataset
 
 from .project import import_module
 
-RUNS = ("plain", "lightning_floor", "fit_default", "fit_bare")
+RUNS = ("plain", "lightning_floor", "fit_default", "fit_bare", "fit_compiled")
 LIGHTNING_RUNS = RUNS[1:]
 BARE_FLAGS = [
     "--trainer.logger=false",
@@ -42,6 +42,8 @@ BARE_FLAGS = [
     "--trainer.enable_progress_bar=false",
     "--trainer.callbacks=[]",
 ]
+
+RUN_FLAGS = {"fit_bare": BARE_FLAGS, "fit_compiled": ["--compile.enabled=true"]}
 
 
 @dataclass(frozen=True)
@@ -295,7 +297,7 @@ def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTi
             trainer.fit(cli.model, datamodule)
         steps = trainer.num_training_batches
 
-    flags = [f"--trainer.max_epochs={workload.epochs}", *(BARE_FLAGS if run == "fit_bare" else [])]
+    flags = [f"--trainer.max_epochs={workload.epochs}", *RUN_FLAGS.get(run, [])]
     run_cli(project, flags, train)
     assert timer is not None
     return timer, steps
@@ -306,11 +308,18 @@ def measure_workload(project: Path, workload: Workload, rounds: int, log: Callab
     times = {run: EpochTimes() for run in RUNS}
     ratios: dict[str, dict[str, list[float]]] = {run: {} for run in LIGHTNING_RUNS}
     steps = {}
+    warmups: dict[str, list[float]] = {}
     for round_index in range(rounds):
         shift = round_index % len(LIGHTNING_RUNS)  # no run always goes first
         for run in LIGHTNING_RUNS[shift:] + LIGHTNING_RUNS[:shift]:
             log(f"throughput: {workload.name} round {round_index + 1}/{rounds}: {run} (and plain)")
             timer, steps[run] = time_run(project, workload, run)
+            # The first epoch's extra time over the later ones: torch.compile's compile time.
+            first, later = (
+                timer.lightning.epoch[0][0],
+                statistics.median(t[0] for t in timer.lightning.epoch[1:]),
+            )
+            warmups.setdefault(run, []).append(first - later)
             for part in ("train", "epoch"):
                 plain, lightning = getattr(timer.plain, part)[1:], getattr(timer.lightning, part)[1:]
                 getattr(times["plain"], part).extend(plain)  # the first epoch is warm-up
@@ -335,6 +344,7 @@ def measure_workload(project: Path, workload: Workload, rounds: int, log: Callab
             figures.update({key: statistics.median(values) for key, values in ratios[run].items()})
             # What a run adds to an epoch: its median ratio applied to the median plain epoch.
             figures["epoch_overhead_ms"] = (figures["epoch_ratio"] - 1) * result["plain"]["epoch_ms"]
+            figures["first_epoch_extra_s"] = statistics.median(warmups[run])
         result[run] = figures
     return result
 
@@ -343,7 +353,15 @@ def measure(project: Path, rounds: int = 3, log: Callable[[str], None] = print) 
     return {workload.name: measure_workload(project, workload, rounds, log) for workload in WORKLOADS}
 
 
-HEADER = ["workload", "run", "ms/epoch: train / whole", "x plain: wall", "x plain: CPU", "+ms/epoch"]
+HEADER = [
+    "workload",
+    "run",
+    "ms/epoch: train / whole",
+    "x plain: wall",
+    "x plain: CPU",
+    "+ms/epoch",
+    "1st epoch +s",
+]
 
 
 def rows(result: dict) -> list[list[str]]:
@@ -353,11 +371,13 @@ def rows(result: dict) -> list[list[str]]:
     for workload, figures in result.items():
         for run in RUNS:
             run_figures = figures[run]
-            wall = cpu = extra = ""
+            wall = cpu = extra = first = ""
             if run != "plain":
+                first = "{first_epoch_extra_s:+.1f}".format(**run_figures)
                 wall = "x{train_ratio:.2f} / x{epoch_ratio:.2f}".format(**run_figures)
                 cpu = "x{train_cpu_ratio:.2f} / x{epoch_cpu_ratio:.2f}".format(**run_figures)
                 extra = "{epoch_overhead_ms:+.0f}".format(**run_figures)
             times = "{train_ms:.0f} / {epoch_ms:.0f}".format(**run_figures)
-            table.append([f"{workload}: {figures['steps_per_epoch']} steps", run, times, wall, cpu, extra])
+            label = f"{workload}: {figures['steps_per_epoch']} steps"
+            table.append([label, run, times, wall, cpu, extra, first])
     return table

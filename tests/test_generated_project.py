@@ -41,8 +41,9 @@ def pip_install(project: Path, python_version: str) -> None:
 
 
 # The tests an option can change: the torch build (doctor, GPU sessions), the package name
-# (every import), the entry points. One variant runs the whole fast suite (CI's cpu session
-# runs the default project's full suite too); the others the option-sensitive files.
+# (every import, the class paths in configs/), the entry points. Every variant runs these; the
+# renamed one also collects every test module, which imports each module of the package under
+# its new name (CI's cpu session runs the default project's whole suite).
 OPTION_SENSITIVE = ["tests/kit/test_torch_build.py", "tests/kit/test_doctor.py", "tests/test_main.py"]
 
 
@@ -52,10 +53,14 @@ OPTION_SENSITIVE = ["tests/kit/test_torch_build.py", "tests/kit/test_doctor.py",
 def test_every_option_renders_a_project_that_installs_and_passes_its_fast_tests(tmp_path, variant):
     project = render(tmp_path, **variant)
     pip_install(project, variant["python_version"])
-    files = [] if "project_name" in variant else OPTION_SENSITIVE
     quick = ["-q", "-m", "not slow and not gpu", "-p", "no:cacheprovider"]
-    result = run(sys.executable, "-m", "pytest", *quick, *files, cwd=project)
+    result = run(sys.executable, "-m", "pytest", *quick, *OPTION_SENSITIVE, cwd=project)
     assert " passed" in result.stdout and "failed" not in result.stdout
+    if "project_name" in variant:  # exit code 0 (run checks it): no module failed to import
+        collected = run(
+            sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", cwd=project
+        )
+        assert re.search(r"\b\d{3,} tests collected", collected.stdout), collected.stdout[-2000:]
 
 
 @pytest.mark.slow
