@@ -40,11 +40,15 @@ def _load_torch_build():
 torch_build = _load_torch_build()
 
 
-def install(session: nox.Session, build: str) -> None:
-    """torch in exactly this build first (see the module docstring), then the project."""
+def install(session: nox.Session, build: str, project: str = ".[dev]") -> None:
+    """torch in exactly this build first (see the module docstring), then the project.
+
+    `.[dev]` brings every optional extra, so that the tests of sweeps, trackers, export and
+    serving run; sessions that need none of them install less (the extras are large).
+    """
     version = os.environ.get("TORCH_VERSION", torch_build.TESTED_TORCH_VERSION)
     session.install(*torch_build.pip_requirement(build, version, os.environ.get("TORCH_INDEX_URL")))
-    session.install("-e", ".[dev]")
+    session.install("-e", project)
     session.run("python", "-c", "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)")
 
 
@@ -93,7 +97,8 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy over the package, kit included (settings in pyproject.toml)."""
-    install(session, cpu_build())
+    install(session, cpu_build(), ".[test]")  # optional extras' modules are typed as Any
+    session.install("mypy")
     session.run("mypy", "src")
 
 
@@ -101,7 +106,9 @@ def typecheck(session: nox.Session) -> None:
 def cpu(session: nox.Session) -> None:
     """All CPU tests (DDP ones aside), then a short fit/test on the CPU."""
     install(session, cpu_build())
-    # DDP tests run in ddp_cpu; everything else runs here.
+    # DDP tests run in ddp_cpu; everything else runs here, every extra's tests included: one
+    # that cannot import its extra fails rather than skips.
+    session.env["KIT_TESTS_NEED_EXTRAS"] = "1"
     session.run("pytest", "-m", "not gpu", "--ignore=tests/test_distributed.py", *session.posargs)
     short_run(session, "--trainer.accelerator=cpu")
 
@@ -109,7 +116,7 @@ def cpu(session: nox.Session) -> None:
 @nox.session
 def ddp_cpu(session: nox.Session) -> None:
     """DDP on the CPU: 2 processes over gloo, the same code path as multi-GPU DDP."""
-    install(session, cpu_build())
+    install(session, cpu_build(), ".[test]")
     session.run("pytest", "tests/test_distributed.py", "-m", "not gpu", *session.posargs)
     short_run(session, "-c", "configs/presets/ddp_cpu.yaml")
 

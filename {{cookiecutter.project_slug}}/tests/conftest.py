@@ -11,9 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from kit_testing import PROJECT_ROOT, requires_gpus, tensorboard_scalars, visible_gpus
+from kit_testing import PROJECT_ROOT, extra, requires_gpus, tensorboard_scalars, visible_gpus
 
-__all__ = ["MAIN", "PROJECT_ROOT", "requires_gpus", "run_main", "tensorboard_scalars", "visible_gpus"]
+__all__ = [
+    "MAIN",
+    "PROJECT_ROOT",
+    "extra",
+    "requires_gpus",
+    "run_main",
+    "tensorboard_scalars",
+    "visible_gpus",
+]
 
 MAIN = PROJECT_ROOT / "main.py"
 

@@ -5,11 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import optuna
 import pytest
 import yaml
 
-from conftest import MAIN
+from conftest import MAIN, extra
+
+optuna = extra("optuna", "sweep")
 
 SHORT = ("--trainer.max_epochs=3", "--lr_scheduler=null", "--trainer.enable_progress_bar=false")
 # A learning rate of 1e-7 learns nothing in 3 epochs: those trials are hopeless.

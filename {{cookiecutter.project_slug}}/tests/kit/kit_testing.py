@@ -4,6 +4,7 @@ A module of its own rather than a second conftest.py: pytest imports every conft
 one name `conftest`, so `from conftest import ...` would reach whichever folder's loaded last.
 """
 
+import importlib
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +90,15 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, list[float]]:
         for tag in accumulator.Tags()["scalars"]:
             series.setdefault(tag, []).extend(event.value for event in accumulator.Scalars(tag))
     return series
+
+
+def extra(module: str, name: str) -> Any:
+    """`module`, which the optional extra `name` installs; without it the calling test module skips,
+    saying how to install it. Sessions that install every extra (nox's cpu session) set
+    KIT_TESTS_NEED_EXTRAS=1, and there a missing one fails instead of skipping unseen."""
+    if os.environ.get("KIT_TESTS_NEED_EXTRAS") == "1":
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f'needs the {name} extra: pip install -e ".[{name}]"')
 
 
 def visible_gpus() -> int:

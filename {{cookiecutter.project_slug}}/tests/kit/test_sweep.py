@@ -11,12 +11,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import optuna
 import pytest
 import torch
 import yaml
 
-from kit_testing import PROJECT_ROOT, finish, free_port, start_fixtures
+from kit_testing import PROJECT_ROOT, extra, finish, free_port, start_fixtures
+
+optuna = extra("optuna", "sweep")
 
 FIT = ("--trainer.max_epochs=2", "--trainer.limit_val_batches=2")
 SPACE = {
