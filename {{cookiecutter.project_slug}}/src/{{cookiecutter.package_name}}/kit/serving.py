@@ -156,5 +156,4 @@ def serve(
     # SIGTERM (a scheduler, `kill`) stops the server as Ctrl-C does: its worker processes with it.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     print(f"Serving on http://{host}:{port}/predict (input shape {list(input_shape)}); Ctrl-C stops")
-    # The HTTP server in a thread of this process; no client.py written into the working folder.
-    server.run(host=host, port=port, generate_client_file=False, api_server_worker_type="thread")
+    server.run(host=host, port=port, generate_client_file=False)  # no client.py in the working folder
