@@ -73,5 +73,10 @@ def load_npz_inputs(path: Path, image_shape: tuple[int, ...]) -> tuple[torch.Ten
         raise DataSourceError(f"predict file {path} is not {expected} ({error})") from None
     if images.ndim != 1 + len(image_shape) or tuple(images.shape[1:]) != tuple(image_shape):
         raise DataSourceError(f"predict file {path} holds images {images.shape}; the model takes {expected}")
-    source = f"predict file {path}"
-    return checked_images(images, source), None if labels is None else checked_labels(labels, source)
+    if labels is not None and (labels.shape != (len(images),) or labels.dtype.kind not in "iu"):
+        raise DataSourceError(
+            f"predict file {path}: labels {labels.shape} {labels.dtype} are not one class number per image"
+        )
+    # Labels here are only copied into predictions.csv (a `target` column): any classes may be missing.
+    targets = None if labels is None else torch.as_tensor(labels.astype(np.int64))
+    return checked_images(images, f"predict file {path}"), targets
