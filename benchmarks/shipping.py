@@ -9,7 +9,6 @@ few cores they compete with it: the figures are a floor, not a ceiling.
 """
 
 import json
-import os
 import signal
 import socket
 import statistics
@@ -78,7 +77,7 @@ def serve_and_load(project: Path, cwd: Path, model_flag: str, body: bytes) -> di
             concurrent = sorted(pool.map(lambda _: post(url, body), range(CONCURRENT_REQUESTS)))
             elapsed = time.perf_counter() - started
     finally:
-        os.killpg(server.pid, signal.SIGINT)
+        server.send_signal(signal.SIGTERM)  # stops it as Ctrl-C does, worker processes included
         server.wait(timeout=60)
 
     def percentile(values: list[float], share: float) -> float:

@@ -153,7 +153,9 @@ def serve(
         )
 
     server.app.add_exception_handler(RequestValidationError, unreadable)
-    # SIGTERM (a scheduler, `kill`) stops the server as Ctrl-C does: its worker processes with it.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # SIGTERM (a scheduler, `kill`) stops the server as Ctrl-C does, its worker processes with it;
+    # so does SIGINT even where the shell started this in the background, which ignores it.
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.default_int_handler)
     print(f"Serving on http://{host}:{port}/predict (input shape {list(input_shape)}); Ctrl-C stops")
     server.run(host=host, port=port, generate_client_file=False)  # no client.py in the working folder
