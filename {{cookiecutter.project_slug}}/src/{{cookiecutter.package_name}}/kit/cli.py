@@ -4,7 +4,8 @@ Lightning's own flags keep their documented meaning (`--optimizer`, `--lr_schedu
 `--trainer.*`, `PL_*` variables, several `-c` files); what this adds is additive: checkpoints
 (`--checkpoint.*`, `--last_checkpoint.*`), exact resume and clean stops in `fit`, batch-size
 tuning (`--data.batch_size=auto`, `--tuner.*`), `--ckpt_path=best|last` across runs, hardware
-checks before anything starts, and one line with exit code 2 for mistakes a user can fix.
+checks before anything starts, the `export` and `serve` subcommands (`trainer.KitTrainer`), and
+one line with exit code 2 for mistakes a user can fix.
 """
 
 import errno
