@@ -14,7 +14,7 @@ from pathlib import Path
 from .project import check_project, render_project
 from .report import machine, save, table
 
-MEASUREMENTS = ("throughput", "startup", "accuracy", "suite")
+MEASUREMENTS = ("throughput", "startup", "accuracy", "suite", "shipping")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 

@@ -1,5 +1,8 @@
 """Train, validate, test or predict: `python main.py fit --help` lists every setting.
 
+`export` (ONNX, torch.export, TorchScript; parity checked) and `serve` (HTTP, LitServe) are
+subcommands too: `python main.py export --help`.
+
 Also `python main.py doctor` (this machine's torch and GPUs) and `python main.py sweep`
 (hyperparameter search with Optuna, configs/sweep.yaml).
 """

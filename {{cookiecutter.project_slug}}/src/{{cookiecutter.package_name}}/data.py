@@ -16,7 +16,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from .kit.batching import TensorBatchDataset, collate
 from .kit.data_checks import check_split_sizes
 from .kit.sampling import evaluation_sampler, training_sampler
-from .sources import load_digits_tensors, load_npz_tensors
+from .sources import load_digits_tensors, load_npz_inputs, load_npz_tensors
 
 
 def stratified_split(
@@ -46,6 +46,10 @@ class DigitsDataModule(L.LightningDataModule):
 
     image_shape: tuple[int, ...] = (1, 8, 8)
     num_classes = 10
+    # What a raw image goes through before the model sees it (written into exported models' metadata).
+    preprocessing = (
+        "pixels as float32 in [0, 1]: uint8 images divided by 255 (the bundled digits, 0-16, by 16)"
+    )
 
     def __init__(
         self,
@@ -56,6 +60,7 @@ class DigitsDataModule(L.LightningDataModule):
         test_fraction: float = 0.2,
         seed: int = 0,
         data_path: Path | None = None,
+        predict_path: Path | None = None,
     ) -> None:
         """
         Args:
@@ -69,6 +74,8 @@ class DigitsDataModule(L.LightningDataModule):
             test_fraction: Share of the data held out for the final test.
             seed: Fixes the split and the shuffling order.
             data_path: An .npz file of your own (see `sources.py`); unset: the bundled digits.
+            predict_path: The images `predict` runs on: an .npz file with an `images` array
+                (labels optional) like `data_path`'s; unset: the test split.
         """
         super().__init__()
         if not (batch_size == "auto" or (isinstance(batch_size, int) and batch_size >= 1)):
@@ -88,6 +95,7 @@ class DigitsDataModule(L.LightningDataModule):
         self.test_fraction = test_fraction
         self.seed = seed
         self.data_path = data_path
+        self.predict_path = predict_path
         if data_path is not None:  # the model is built from these, so read them up front
             images, labels = load_npz_tensors(data_path)
             self.image_shape = tuple(images.shape[1:])
@@ -130,7 +138,11 @@ class DigitsDataModule(L.LightningDataModule):
         return self._loader(self.test_set, sampler=evaluation_sampler(self.test_set, self.trainer))
 
     def predict_dataloader(self) -> StatefulDataLoader:
-        return self._loader(self.test_set, sampler=evaluation_sampler(self.test_set, self.trainer))
+        dataset = self.test_set
+        if self.predict_path is not None:  # a file of your own, checked against the model's input
+            images, labels = load_npz_inputs(self.predict_path, self.image_shape)
+            dataset = TensorBatchDataset(images) if labels is None else TensorBatchDataset(images, labels)
+        return self._loader(dataset, sampler=evaluation_sampler(dataset, self.trainer))
 
     def _loader(self, dataset: Dataset | None, sampler: Sampler | None = None) -> StatefulDataLoader:
         """A plain DataLoader that can also say where it is in the epoch.

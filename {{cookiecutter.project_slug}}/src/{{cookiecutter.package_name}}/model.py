@@ -76,11 +76,12 @@ class Classifier(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test", self.test_acc, self.test_loss)
 
-    def predict_step(self, batch: Batch, batch_idx: int) -> dict[str, Tensor]:
-        images, targets = batch
-        probabilities = self(images).softmax(dim=-1)
+    def predict_step(self, batch: Batch | list[Tensor], batch_idx: int) -> dict[str, Tensor]:
+        # Images with labels (the test split), or images alone (a file given as --data.predict_path).
+        probabilities = self(batch[0]).softmax(dim=-1)
         confidence, predicted = probabilities.max(dim=-1)
-        return {"predicted": predicted, "confidence": confidence, "target": targets}
+        columns = {"predicted": predicted, "confidence": confidence}
+        return columns if len(batch) == 1 else {**columns, "target": batch[1]}
 
     def _logger_writes_this_step(self) -> bool:
         """Whether the logger writes this step's values: once every `trainer.log_every_n_steps`.

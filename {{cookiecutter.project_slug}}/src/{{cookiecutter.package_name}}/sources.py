@@ -58,3 +58,25 @@ def load_npz_tensors(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         )
     # Label range and type, pixel scale, NaN: one line each, before any training.
     return checked_images(images, f"data file {path}"), checked_labels(labels, f"data file {path}")
+
+
+def load_npz_inputs(path: Path, image_shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Images to predict on (labels too, if the file has them): an .npz file like the training one."""
+    expected = f"an .npz file with an array 'images' (N, {', '.join(map(str, image_shape))}) as in training"
+    if not path.is_file():
+        raise DataSourceError(f"predict file {path} does not exist: pass {expected}")
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            images = arrays["images"]
+            labels = arrays.get("labels")
+    except (OSError, ValueError, KeyError, EOFError, AttributeError, TypeError, zipfile.BadZipFile) as error:
+        raise DataSourceError(f"predict file {path} is not {expected} ({error})") from None
+    if images.ndim != 1 + len(image_shape) or tuple(images.shape[1:]) != tuple(image_shape):
+        raise DataSourceError(f"predict file {path} holds images {images.shape}; the model takes {expected}")
+    if labels is not None and (labels.shape != (len(images),) or labels.dtype.kind not in "iu"):
+        raise DataSourceError(
+            f"predict file {path}: labels {labels.shape} {labels.dtype} are not one class number per image"
+        )
+    # Labels here are only copied into predictions.csv (a `target` column): any classes may be missing.
+    targets = None if labels is None else torch.as_tensor(labels.astype(np.int64))
+    return checked_images(images, f"predict file {path}"), targets

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,54 @@ def requires_gpus(count: int) -> Callable[[Callable[..., None]], Callable[..., N
         return pytest.mark.gpu(skip(test))
 
     return decorate
+
+
+def post_json(url: str, body: object, timeout: float = 30) -> tuple[int, dict]:
+    """POST `body` as JSON to `url`: the HTTP status and the decoded JSON answer, errors included."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def wait_until_serving(process: subprocess.Popen[str], port: int, timeout: float = 120) -> str:
+    """Poll a started server's /health until it answers; its /predict URL. Fails if it exits first."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            stdout, stderr = process.communicate()
+            pytest.fail(
+                f"the server exited with code {process.returncode}:\n{stdout[-2000:]}\n{stderr[-3000:]}"
+            )
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                if response.status == 200:
+                    return f"http://127.0.0.1:{port}/predict"
+        except OSError:
+            time.sleep(0.3)
+    stop_server(process)
+    pytest.fail(f"no answer on port {port} after {timeout} s")
+
+
+def stop_server(process: subprocess.Popen[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Stop a server started in a process group of its own as Ctrl-C would, and check it went whole."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+    result = finish(process, timeout)
+    for _ in range(50):  # its worker processes (LitServe's inference workers) stop with it
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return result
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGKILL)
+    pytest.fail("processes of the server were still running 5 s after it stopped")

@@ -4,7 +4,8 @@ Lightning's own flags keep their documented meaning (`--optimizer`, `--lr_schedu
 `--trainer.*`, `PL_*` variables, several `-c` files); what this adds is additive: checkpoints
 (`--checkpoint.*`, `--last_checkpoint.*`), exact resume and clean stops in `fit`, batch-size
 tuning (`--data.batch_size=auto`, `--tuner.*`), `--ckpt_path=best|last` across runs, hardware
-checks before anything starts, and one line with exit code 2 for mistakes a user can fix.
+checks before anything starts, the `export` and `serve` subcommands (`trainer.KitTrainer`), and
+one line with exit code 2 for mistakes a user can fix.
 """
 
 import errno
@@ -43,9 +44,11 @@ from .callbacks import (
 )
 from .checkpoints import CheckpointNotFoundError, find_checkpoint, next_version, run_version
 from .compiling import CompileModel
+from .export import ExportError, check_format
+from .trainer import KitTrainer
 from .tuning import BatchSizeTuner
 
-SUBCOMMANDS = ("fit", "validate", "test", "predict")
+SUBCOMMANDS = ("fit", "validate", "test", "predict", "export", "serve")
 # A run stopped by Ctrl-C or SIGTERM (preemption) exits with 128 + SIGTERM, as if the signal had
 # ended it: `fit && test` does not test a half-trained model, and a scheduler can tell a
 # preempted job from a finished one.
@@ -100,7 +103,15 @@ class KitCLI(LightningCLI):
         # A rerun into an existing run folder (e.g. a resume) rewrites its config.yaml.
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("save_config_callback", RunConfig)
+        # Lightning's Trainer plus the `export` and `serve` subcommands (kit/trainer.py).
+        kwargs.setdefault("trainer_class", KitTrainer)
         super().__init__(model_class, datamodule_class, **kwargs)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """Lightning's four, plus `export` and `serve` (KitTrainer's methods of those names)."""
+        shipping = {"export": {"model", "datamodule"}, "serve": {"model", "datamodule"}}
+        return {**LightningCLI.subcommands(), **shipping}
 
     @staticmethod
     def configure_optimizers(
@@ -192,6 +203,12 @@ class KitCLI(LightningCLI):
             # after AdamW keeps its weight_decay): show what will actually be built.
             described = [describe(config.get(key)) for key in ("optimizer", "lr_scheduler")]
             rank_zero_info("Optimizer: {}; LR scheduler: {}".format(*described))
+        elif self.subcommand == "export":
+            check_format(config.format)
+            if config.get("ckpt_path") is None:
+                raise UsageError("export needs trained weights: --ckpt_path=best, --ckpt_path=last or a file")
+        elif self.subcommand == "serve" and (not config.get("ckpt_path")) == (config.get("exported") is None):
+            raise UsageError("serve needs one model: --ckpt_path=best|last|PATH or --exported=FILE")
         elif self.subcommand in ("validate", "test", "predict") and config.get("ckpt_path") is None:
             rank_zero_warn(
                 f"`{self.subcommand}` without --ckpt_path runs the model's initial, untrained weights. "
@@ -376,6 +393,7 @@ def run(
         data_checks.DataError,
         hardware.HardwareError,
         launcher.LaunchMismatchError,
+        ExportError,
         *user_errors,
     )
     try:

@@ -1,0 +1,161 @@
+"""Serve a classifier over HTTP with LitServe: one JSON sample in, its class and confidence out.
+
+    POST /predict  {"input": [...]}   a nested array of the model's input shape (no batch dimension)
+    200            {"class": 3, "confidence": 0.9871}          (and "class_name" when names are known)
+    400            {"error": "input has shape [8, 8]; expected [1, 8, 8] ..."}   one line
+
+The model is a trained module (its `forward` gives class logits) or a file written by `export`.
+LitServe gathers concurrent requests into batches (`max_batch_size`, waiting at most
+`batch_timeout` seconds for one to fill). A bad request is answered on its own: the others in
+its batch still get their predictions, and the server keeps serving.
+
+Imports LitServe: import this module only once `export.require(("litserve",), ...)` passed.
+"""
+
+import math
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import litserve as ls
+import torch
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from torch import Tensor, nn
+
+from .export import ExportError, Runner, load
+
+
+@dataclass
+class Rejected:
+    """A request that cannot be run, with the one line that says why."""
+
+    error: str
+
+
+@dataclass
+class Batch:
+    """The requests LitServe gathered: the valid ones stacked, the rejected kept in place."""
+
+    items: list[Tensor | Rejected]
+
+
+class ClassifierAPI(ls.LitAPI):
+    """A classifier behind LitServe: requests decoded one by one, run in batches, answered one by one."""
+
+    def __init__(
+        self,
+        input_shape: Sequence[int],
+        module: nn.Module | None = None,
+        exported: Path | None = None,
+        class_names: Sequence[str] | None = None,
+        max_batch_size: int = 16,
+        batch_timeout: float = 0.005,
+    ) -> None:
+        super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
+        self.input_shape = tuple(input_shape)
+        self.module = module
+        self.exported = exported
+        self.class_names = list(class_names) if class_names else None
+
+    def setup(self, device: str) -> None:  # in each worker process
+        if self.module is not None:
+            module = self.module.to(device).eval()
+
+            def run_module(inputs: Tensor) -> Tensor:
+                with torch.no_grad():
+                    return module(inputs.to(device))
+
+            self.run: Runner = run_module
+        else:
+            assert self.exported is not None
+            self.run = load(self.exported)
+
+    def decode_request(self, request: dict) -> Tensor | Rejected:  # type: ignore[override]
+        return decode(request, self.input_shape)
+
+    def batch(self, inputs: list[Tensor | Rejected]) -> Batch:
+        return Batch(inputs)
+
+    def predict(self, inputs: Batch | Tensor | Rejected) -> list[dict[str, Any] | Rejected]:
+        items = inputs.items if isinstance(inputs, Batch) else [inputs]
+        valid = [item for item in items if isinstance(item, Tensor)]
+        answers: list[dict[str, Any]] = []
+        if valid:
+            probabilities = self.run(torch.stack(valid)).float().softmax(dim=-1).cpu()
+            confidence, predicted = probabilities.max(dim=-1)
+            answers = [self.answer(int(c), float(p)) for c, p in zip(predicted, confidence, strict=True)]
+        found = iter(answers)
+        results = [item if isinstance(item, Rejected) else next(found) for item in items]
+        return results if isinstance(inputs, Batch) else results[0]  # type: ignore[return-value]
+
+    def unbatch(self, outputs: list[dict[str, Any] | Rejected]) -> list[dict[str, Any] | Rejected]:
+        return outputs
+
+    def answer(self, predicted: int, confidence: float) -> dict[str, Any]:
+        answer: dict[str, Any] = {"class": predicted, "confidence": confidence}
+        if self.class_names:
+            answer["class_name"] = self.class_names[predicted]
+        return answer
+
+    def encode_response(self, output: dict[str, Any] | Rejected):  # type: ignore[no-untyped-def]
+        if isinstance(output, Rejected):
+            return JSONResponse(status_code=400, content={"error": output.error})
+        return output
+
+
+def decode(request: Any, shape: tuple[int, ...]) -> Tensor | Rejected:
+    """The sample in a request body, or why it cannot be one."""
+    expected = 'a JSON object {"input": [...]} holding one sample of shape ' + str(list(shape))
+    if not isinstance(request, dict) or "input" not in request:
+        return Rejected(f"the request body must be {expected}")
+    try:
+        sample = torch.tensor(request["input"], dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return Rejected(f'"input" must be a nested array of numbers: {expected}')
+    if tuple(sample.shape) != shape:
+        return Rejected(f'"input" has shape {list(sample.shape)}; expected {list(shape)}: {expected}')
+    if not bool(torch.isfinite(sample).all()):
+        return Rejected('"input" holds NaN or infinite values')
+    return sample
+
+
+def serve(
+    input_shape: Sequence[int],
+    module: nn.Module | None = None,
+    exported: Path | None = None,
+    class_names: Sequence[str] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    accelerator: str = "auto",
+    max_batch_size: int = 16,
+    batch_timeout: float = 0.005,
+) -> None:
+    """Serve until Ctrl-C or SIGTERM, which both stop LitServe's worker processes too."""
+    if max_batch_size < 1 or batch_timeout < 0 or not math.isfinite(batch_timeout):
+        raise ExportError("--max_batch_size must be 1 or more and --batch_timeout 0 or more (seconds)")
+    api = ClassifierAPI(input_shape, module, exported, class_names, max_batch_size, batch_timeout)
+    if exported is not None:
+        accelerator = "cpu"  # exported files run on the CPU here
+    server = ls.LitServer(api, accelerator=accelerator, devices=1, workers_per_device=1, timeout=30)
+
+    async def unreadable(request: Request, error: RequestValidationError) -> JSONResponse:
+        # A body that is not a JSON object: FastAPI's 422 with a list of details, as one line.
+        if "json" not in request.headers.get("content-type", ""):
+            problem = "send it with the header Content-Type: application/json"
+        else:
+            problem = "; ".join(str(detail.get("msg", detail)) for detail in error.errors())
+        return JSONResponse(
+            status_code=400, content={"error": f"the request body must be a JSON object: {problem}"}
+        )
+
+    server.app.add_exception_handler(RequestValidationError, unreadable)
+    # SIGTERM (a scheduler, `kill`) stops the server as Ctrl-C does, its worker processes with it;
+    # so does SIGINT even where the shell started this in the background, which ignores it.
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.default_int_handler)
+    print(f"Serving on http://{host}:{port}/predict (input shape {list(input_shape)}); Ctrl-C stops")
+    server.run(host=host, port=port, generate_client_file=False)  # no client.py in the working folder

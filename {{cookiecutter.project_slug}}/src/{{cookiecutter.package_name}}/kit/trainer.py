@@ -1,0 +1,138 @@
+"""Lightning's Trainer with two more entry points, `export` and `serve`, for any classifier.
+
+LightningCLI turns each Trainer method it is told about into a subcommand, with the method's
+arguments as flags (`kit.cli.KitCLI.subcommands`): `python main.py export --ckpt_path=best
+--format=onnx` and `python main.py serve --ckpt_path=best` build the model and the data from the
+same configs as `fit`, and `--ckpt_path=best|last|PATH` restores the network the run trained.
+Everything else about the Trainer is Lightning's, unchanged.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from torch import Tensor
+
+from .export import (
+    FORMATS,
+    TOLERANCE,
+    ExportError,
+    check_format,
+    default_output,
+    export,
+    model_inputs,
+    read_metadata,
+    require,
+)
+
+
+class KitTrainer(L.Trainer):
+    """`lightning.Trainer`, plus `export` and `serve` (the CLI's subcommands of the same names)."""
+
+    def export(
+        self,
+        model: L.LightningModule,
+        datamodule: L.LightningDataModule | None = None,
+        ckpt_path: str | Path | None = None,
+        format: str = "onnx",
+        output: Path | None = None,
+        tolerance: float = TOLERANCE,
+    ) -> Path:
+        """Export a checkpoint's network (onnx, exported_program or torchscript), checked against it.
+
+        Args:
+            ckpt_path: The checkpoint: best, last (the newest run's) or a file.
+            format: onnx (needs the `export` extra), exported_program (torch.export, .pt2) or
+                torchscript (deprecated by PyTorch).
+            output: The file to write; by default `export/<checkpoint name>.<suffix>` in the
+                checkpoint's run folder. Its metadata goes to `<output>.json`.
+            tolerance: Largest absolute difference allowed between the export's outputs and
+                the model's on a batch of validation inputs; above it nothing is written.
+        """
+        check_format(format)
+        checkpoint = self._restore(model, ckpt_path, "export")
+        inputs = validation_inputs(self, datamodule)
+        output = output or default_output(checkpoint, format)
+        metadata = {"checkpoint": str(checkpoint.resolve()), **data_description(datamodule)}
+        described = export(model, inputs, format, output, metadata, tolerance)
+        parity = described["parity"]
+        print(
+            f"Exported {output} ({output.stat().st_size / 1e3:.1f} kB); largest difference from the model "
+            f"on {parity['inputs']} validation inputs: {parity['max_abs_error']:.2g} (tolerance "
+            f"{tolerance:g}). Metadata: {output.name}.json"
+        )
+        return output
+
+    def serve(
+        self,
+        model: L.LightningModule,
+        datamodule: L.LightningDataModule | None = None,
+        ckpt_path: str | Path | None = None,
+        exported: Path | None = None,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        max_batch_size: int = 16,
+        batch_timeout: float = 0.005,
+    ) -> None:
+        """Serve a checkpoint or an exported model over HTTP: POST {"input": [...]} to /predict.
+
+        Args:
+            ckpt_path: The checkpoint to serve: best, last (the newest run's) or a file.
+            exported: Or a file written by `export` (with its .json beside it), run on the CPU.
+            host: The address to listen on; 127.0.0.1 answers this machine only.
+            port: The TCP port.
+            max_batch_size: Requests run together at most.
+            batch_timeout: Seconds to wait for more requests to fill a batch.
+        """
+        require(("litserve",), "serve", "serve")
+        from .serving import serve  # imports LitServe
+
+        if exported is not None:
+            metadata = read_metadata(exported)
+            shape, names = metadata["input"]["shape"][1:], metadata.get("class_names")
+            serve(shape, None, exported, names, host, port, "cpu", max_batch_size, batch_timeout)
+            return
+        self._restore(model, ckpt_path, "serve")
+        shape = list(validation_inputs(self, datamodule).shape[1:])
+        names = data_description(datamodule).get("class_names")
+        accelerator = "cuda" if self.strategy.root_device.type == "cuda" else "cpu"
+        serve(shape, model, None, names, host, port, accelerator, max_batch_size, batch_timeout)
+
+    def _restore(self, model: L.LightningModule, ckpt_path: str | Path | None, command: str) -> Path:
+        """Load the checkpoint's weights into `model`, through Lightning's own hooks."""
+        if ckpt_path is None:
+            raise ExportError(
+                f"`{command}` needs trained weights: pass --ckpt_path=best, --ckpt_path=last or a file"
+            )
+        checkpoint = self.strategy.load_checkpoint(ckpt_path)
+        model.on_load_checkpoint(checkpoint)
+        model.load_state_dict(checkpoint["state_dict"])
+        return Path(ckpt_path)
+
+
+def validation_inputs(trainer: L.Trainer, datamodule: L.LightningDataModule | None) -> Tensor:
+    """The model's inputs in the first validation batch: real data, in the shape it is trained on."""
+    if datamodule is None:
+        raise ExportError("export and serve read a validation batch from the DataModule, and there is none")
+    datamodule.trainer = trainer
+    datamodule.prepare_data()
+    datamodule.setup("validate")
+    loaders: Any = datamodule.val_dataloader()
+    loader = loaders[0] if isinstance(loaders, list | tuple) else loaders
+    batch = next(iter(loader), None)
+    if batch is None:
+        raise ExportError("the validation set is empty: export and serve need a batch of it")
+    return model_inputs(batch)
+
+
+def data_description(datamodule: L.LightningDataModule | None) -> dict[str, Any]:
+    """What a DataModule says about its inputs and classes, for the export's metadata.
+
+    Optional attributes: `class_names` (a list, one name per class) and `preprocessing` (a
+    sentence: what a raw input must go through before the model sees it).
+    """
+    described = {key: getattr(datamodule, key, None) for key in ("class_names", "preprocessing")}
+    return {key: value for key, value in described.items() if value is not None}
+
+
+__all__ = ["FORMATS", "KitTrainer"]

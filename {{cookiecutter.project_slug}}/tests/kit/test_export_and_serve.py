@@ -1,0 +1,157 @@
+"""`export` and `serve` on the kit's own fixtures: exported files that match the model, a server
+that answers like it, and one line for every mistake.
+
+One checkpoint, trained once for the whole module, is exported and served by every test.
+"""
+
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from {{ cookiecutter.package_name }}.kit.export import FORMATS, ExportError, export, load
+
+from kit_fixtures import FEATURES, TinyModel
+from kit_testing import (
+    QUICK,
+    free_port,
+    post_json,
+    run_fixtures_here,
+    start_fixtures,
+    stop_server,
+    wait_until_serving,
+)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder holding one epoch's best-*.ckpt."""
+    workdir = tmp_path_factory.mktemp("shipping")
+    with pytest.MonkeyPatch.context() as patch:
+        run_fixtures_here(
+            patch, "fit", "--trainer.max_epochs=1", f"--trainer.default_root_dir={workdir}", *QUICK
+        )
+    return workdir
+
+
+def checkpoint_in(workdir: Path) -> Path:
+    (checkpoint,) = workdir.glob("lightning_logs/version_0/checkpoints/best-*.ckpt")
+    return checkpoint
+
+
+def model_answers(workdir: Path, inputs: Tensor) -> Tensor:
+    """The trained model's own outputs, loaded the way Lightning documents."""
+    model = TinyModel.load_from_checkpoint(checkpoint_in(workdir), map_location="cpu").eval()
+    with torch.no_grad():
+        return model(inputs)
+
+
+def export_here(monkeypatch: pytest.MonkeyPatch, workdir: Path, *flags: str) -> None:
+    run_fixtures_here(monkeypatch, "export", f"--trainer.default_root_dir={workdir}", *flags)
+
+
+@pytest.mark.parametrize("format", list(FORMATS))
+def test_export_writes_a_file_that_matches_the_model_at_any_batch_size(format, trained, monkeypatch, capsys):
+    export_here(monkeypatch, trained, "--ckpt_path=best", f"--format={format}")
+    (exported,) = (trained / "lightning_logs/version_0/export").glob(f"best-*{FORMATS[format]}")
+    assert f"Exported {exported}" in capsys.readouterr().out
+    metadata = json.loads(exported.with_name(exported.name + ".json").read_text())
+    assert metadata["format"] == format
+    assert metadata["input"]["shape"] == [None, FEATURES] and metadata["num_classes"] == 3
+    assert Path(metadata["checkpoint"]) == checkpoint_in(trained).resolve()
+    assert metadata["parity"]["max_abs_error"] <= metadata["parity"]["tolerance"] == 1e-4
+    # Loaded back on its own, on batch sizes it was not exported with.
+    run = load(exported)
+    for batch in (1, 5, 37):
+        inputs = torch.randn(batch, FEATURES, generator=torch.Generator().manual_seed(batch))
+        torch.testing.assert_close(run(inputs), model_answers(trained, inputs), atol=1e-4, rtol=0)
+    assert not list(exported.parent.glob(".*")), "a temporary file was left behind"
+
+
+class DriftsWhenTraced(nn.Module):
+    """A forward that takes another branch when traced: its TorchScript export cannot match it."""
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        return inputs + 1.0 if torch.jit.is_tracing() else inputs
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_an_export_that_does_not_match_is_refused_and_nothing_is_written(tmp_path):
+    output = tmp_path / "model.pt"
+    with pytest.raises(ExportError, match=r"differs from the model by up to 1 on 4 validation inputs"):
+        export(DriftsWhenTraced(), torch.zeros(4, 3), "torchscript", output, {})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--ckpt_path=best", "--format=tflite"],
+            "--format=tflite is not a format we export; use one of onnx",
+        ),
+        (["--format=onnx"], "export needs trained weights: --ckpt_path=best"),
+        (["--ckpt_path=missing.ckpt"], "--ckpt_path=missing.ckpt: no such file"),
+    ],
+)
+def test_export_mistakes_end_in_one_line(flags, message, trained, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        export_here(monkeypatch, trained, *flags)
+    error = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(error) == 1 and message in error[0], error
+
+
+@pytest.mark.parametrize(
+    ("command", "missing", "install"),
+    [("export", "onnxruntime", "export"), ("serve", "litserve", "serve")],
+)
+def test_a_missing_optional_dependency_names_its_install(
+    command, missing, install, trained, monkeypatch, capsys
+):
+    monkeypatch.setitem(sys.modules, missing, None)  # as if not installed: importing it fails
+    with pytest.raises(SystemExit) as exit_info:
+        run_fixtures_here(monkeypatch, command, "--ckpt_path=best", f"--trainer.default_root_dir={trained}")
+    error = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(error) == 1, error
+    assert f'({missing} is missing): pip install -e ".[{install}]"' in error[0]
+
+
+def answers(url: str, samples: Tensor, workers: int) -> list[tuple[int, dict]]:
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda sample: post_json(url, {"input": sample.tolist()}), samples))
+
+
+@pytest.mark.slow
+def test_serve_answers_like_the_model_alone_and_concurrently_and_refuses_bad_requests(trained):
+    """From the checkpoint; the example's tests serve an exported file."""
+    model = ["--ckpt_path=best"]
+    port = free_port()
+    server = start_fixtures(trained, "serve", *model, f"--port={port}", "--max_batch_size=8")
+    try:
+        url = wait_until_serving(server, port)
+        samples = 3 * torch.randn(24, FEATURES, generator=torch.Generator().manual_seed(0))
+        probabilities = model_answers(trained, samples).softmax(dim=-1)
+        single = answers(url, samples[:4], workers=1)
+        concurrent = answers(url, samples, workers=8)
+        # Bad requests among good ones: each answered on its own, the others unharmed.
+        bad = [{"input": [1.0, 2.0]}, {"inputs": [0.0] * FEATURES}, {"input": ["a"] * FEATURES}, b"{not json"]
+        good = [{"input": sample.tolist()} for sample in samples[:4]]
+        with ThreadPoolExecutor(8) as pool:
+            mixed = list(pool.map(lambda body: post_json(url, body), [*bad, *good]))
+        after = answers(url, samples[:2], workers=1)
+    finally:
+        stopped = stop_server(server)
+    assert stopped.returncode in (0, -2, 130), stopped.stderr[-2000:]
+    served = [*single, *concurrent, *mixed[len(bad) :], *after]
+    expected = [*probabilities[:4], *probabilities, *probabilities[:4], *probabilities[:2]]
+    for (status, answer), probability in zip(served, expected, strict=True):
+        assert status == 200, answer
+        assert answer["class"] == int(probability.argmax())
+        assert answer["confidence"] == pytest.approx(float(probability.max()), abs=1e-5)
+    for status, answer in mixed[: len(bad)]:
+        assert status == 400 and list(answer) == ["error"] and "\n" not in answer["error"], answer
+    assert "has shape [2]; expected [4]" in mixed[0][1]["error"]
