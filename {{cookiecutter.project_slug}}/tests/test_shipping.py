@@ -16,10 +16,13 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from conftest import MAIN, PROJECT_ROOT
+from conftest import MAIN, PROJECT_ROOT, extra
 from {{ cookiecutter.package_name }}.data import DigitsDataModule
 
 from kit_testing import free_port, post_json, stop_server, wait_until_serving
+
+extra("onnxruntime", "export")
+extra("litserve", "serve")
 
 QUIET = "--trainer.enable_progress_bar=false"
 

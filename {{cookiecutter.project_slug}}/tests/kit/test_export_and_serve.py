@@ -18,6 +18,7 @@ from {{ cookiecutter.package_name }}.kit.export import FORMATS, ExportError, exp
 from kit_fixtures import FEATURES, TinyModel
 from kit_testing import (
     QUICK,
+    extra,
     free_port,
     post_json,
     run_fixtures_here,
@@ -25,6 +26,9 @@ from kit_testing import (
     stop_server,
     wait_until_serving,
 )
+
+extra("onnxruntime", "export")
+extra("litserve", "serve")
 
 
 @pytest.fixture(scope="module")
