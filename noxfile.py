@@ -77,7 +77,8 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The template's tests: prompts, hooks, every option, and the example really learns."""
-    session.install("pytest", *TEMPLATE_TOOLS)
+    # A rendered project must pass its own lint (test_team_files runs ruff).
+    session.install("pytest", "ruff", *TEMPLATE_TOOLS)
     project = render(session)
     builds = torch_build(project)
     version = os.environ.get("TORCH_VERSION", builds.TESTED_TORCH_VERSION)
