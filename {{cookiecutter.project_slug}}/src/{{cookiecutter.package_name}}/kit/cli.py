@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback, ProgressBar, TQDMProgressBar
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.cli import (
     LightningArgumentParser,
     LightningCLI,
@@ -30,7 +32,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import CyclicLR, OneCycleLR, ReduceLROnPlateau
 
-from . import data_checks, hardware, launcher, resume
+from . import data_checks, hardware, launcher, resume, trackers
 from .callbacks import (
     BestCheckpoint,
     ExactResume,
@@ -177,8 +179,12 @@ class KitCLI(LightningCLI):
         if launch is not None:  # started by torchrun: join its processes into one run
             rank_zero_info(launcher.match_launch(config.trainer, launch))
         hardware.check_request(config.trainer.accelerator, config.trainer.devices)
-        if self.subcommand == "fit" and config.get("ckpt_path") and resume.is_local(config.ckpt_path):
-            self._continue_run(config, Path(config.ckpt_path))
+        fill_logger_defaults(config.trainer)
+        if config.get("ckpt_path") and resume.is_local(config.ckpt_path):
+            if self.subcommand == "fit":
+                self._continue_run(config, Path(config.ckpt_path))
+            else:  # e.g. `test --ckpt_path=best`: its metrics join the trained run's tracker run
+                self._continue_tracker_runs(config, Path(config.ckpt_path))
         if self.subcommand != "fit" and config.get("data", Namespace()).get("batch_size") == "auto":
             raise UsageError(
                 f"--data.batch_size=auto is resolved by `fit` only; `{self.subcommand}` needs a number, "
@@ -204,6 +210,11 @@ class KitCLI(LightningCLI):
             super().instantiate_classes()
         except ValueError as error:
             raise UsageError(one_line(error)) from error
+        except ModuleNotFoundError as error:  # Lightning's own tracker loggers, package missing
+            for module, extra in (("mlflow", "mlflow"), ("wandb", "wandb")):
+                if module in str(error):
+                    raise UsageError(f'the logger needs {module}: pip install -e ".[{extra}]"') from None
+            raise
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
@@ -228,6 +239,7 @@ class KitCLI(LightningCLI):
 
     def _find_checkpoint(self, config: Any, which: str) -> Path:
         """Resolve `best`/`last` against every earlier run, not only the current one."""
+        fill_logger_defaults(config.trainer)
         loggers = logger_settings(config.trainer, spell_out_default=True)
         if not loggers:
             raise UsageError(
@@ -257,8 +269,16 @@ class KitCLI(LightningCLI):
                 logger.version = run_version(checkpoint)
             # The saved config.yaml stays a recipe for a fresh run: no version, no checkpoint.
             self.save_config_kwargs["forget_version"] = True
+        self._continue_tracker_runs(config, checkpoint)
         if rank_zero_only.rank == 0:
             resume.lock_run_folder(run_dir)
+
+    def _continue_tracker_runs(self, config: Any, checkpoint: Path) -> None:
+        """Trackers (MLflow, W&B) log into the run recorded in the checkpoint's run folder."""
+        run_dir = checkpoint.resolve().parent.parent
+        if run_version(checkpoint) is not None:
+            trackers.continue_runs(run_dir, logger_specs(config.trainer))
+            self.save_config_kwargs["forget_version"] = True
 
 
 class RunConfig(SaveConfigCallback):
@@ -278,11 +298,29 @@ class RunConfig(SaveConfigCallback):
         if stage == "fit" and config.get("ckpt_path"):
             config = config.clone()
             config.ckpt_path = None
-            if self.forget_version:
+            if self.forget_version and stage == "fit":
                 for logger in logger_settings(config.trainer):
                     logger.version = None
+                for spec in logger_specs(config.trainer):  # nor the tracker run it continued
+                    for key in ("run_id", "id"):
+                        if trackers.tracker_class(spec) is not None and key in spec.init_args:
+                            spec.init_args[key] = None
             self.config = config
         super().setup(trainer, pl_module, stage)
+
+    def save_config(self, trainer: Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Rank 0: the whole config to each tracker (params once, config.yaml as a file), and
+        the trackers' run ids into the run folder, for a resumed `fit` or a `test` to continue."""
+        tracking = [logger for logger in trainer.loggers if isinstance(logger, trackers.Tracker)]
+        if not tracking:
+            return
+        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))  # type: ignore[has-type]
+        run_dir = Path(trainer.log_dir) if isinstance(trainer.loggers[0], RUN_FOLDER_LOGGERS) else None
+        config_file = run_dir / self.config_filename if run_dir and stage == "fit" else None
+        for tracker in tracking:
+            tracker.log_config(config, config_file)
+        if run_dir is not None and stage == "fit":
+            trackers.record_runs(run_dir, tracking)
 
 
 def changed(settings: Any, baseline: Any) -> dict[str, Any]:
@@ -306,6 +344,27 @@ def class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+# Loggers that write `<save_dir>/<name>/version_N` run folders (checkpoints go into the first's).
+RUN_FOLDER_LOGGERS = (TensorBoardLogger, CSVLogger)
+
+
+def logger_specs(trainer: Any) -> list[Any]:
+    """Each configured logger's `class_path`/`init_args` Namespace (none for `logger: false`)."""
+    loggers = trainer.get("logger")
+    loggers = loggers if isinstance(loggers, list) else [loggers]
+    return [logger for logger in loggers if isinstance(logger, Namespace) and logger.get("init_args")]
+
+
+def fill_logger_defaults(trainer: Any) -> None:
+    """The kit's trackers fill in what their config leaves empty (MLflow's local store, under
+    `trainer.default_root_dir`), in every process alike."""
+    root_dir = Path(trainer.get("default_root_dir") or ".")
+    for spec in logger_specs(trainer):
+        tracker = trackers.tracker_class(spec)
+        if tracker is not None:
+            tracker.fill_defaults(spec.init_args, root_dir)
+
+
 def logger_settings(trainer: Any, spell_out_default: bool = False) -> list[Any]:
     """The init_args of each configured logger that writes `version_N` run folders.
 
@@ -318,12 +377,10 @@ def logger_settings(trainer: Any, spell_out_default: bool = False) -> list[Any]:
             class_path="lightning.pytorch.loggers.TensorBoardLogger",
             init_args=Namespace(save_dir=trainer.default_root_dir or ".", name="lightning_logs"),
         )
-    loggers = trainer.get("logger")
-    loggers = loggers if isinstance(loggers, list) else [loggers]
     return [
-        logger.init_args
-        for logger in loggers
-        if isinstance(logger, Namespace) and "save_dir" in (logger.get("init_args") or Namespace())
+        spec.init_args
+        for spec in logger_specs(trainer)
+        if "save_dir" in spec.init_args and issubclass(trackers.logger_class(spec) or object, RUN_FOLDER_LOGGERS)
     ]
 
 
@@ -372,6 +429,7 @@ def run(
         data_checks.DataError,
         hardware.HardwareError,
         launcher.LaunchMismatchError,
+        trackers.TrackerError,
         *user_errors,
     )
     try:
