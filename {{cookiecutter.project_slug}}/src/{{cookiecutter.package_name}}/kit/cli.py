@@ -179,6 +179,7 @@ class KitCLI(LightningCLI):
         if launch is not None:  # started by torchrun: join its processes into one run
             rank_zero_info(launcher.match_launch(config.trainer, launch))
         hardware.check_request(config.trainer.accelerator, config.trainer.devices)
+        trackers.check_installed(logger_specs(config.trainer))
         fill_logger_defaults(config.trainer)
         if config.get("ckpt_path") and resume.is_local(config.ckpt_path):
             if self.subcommand == "fit":
@@ -210,11 +211,6 @@ class KitCLI(LightningCLI):
             super().instantiate_classes()
         except ValueError as error:
             raise UsageError(one_line(error)) from error
-        except ModuleNotFoundError as error:  # Lightning's own tracker loggers, package missing
-            for module, extra in (("mlflow", "mlflow"), ("wandb", "wandb")):
-                if module in str(error):
-                    raise UsageError(f'the logger needs {module}: pip install -e ".[{extra}]"') from None
-            raise
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
@@ -315,7 +311,8 @@ class RunConfig(SaveConfigCallback):
         if not tracking:
             return
         config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))  # type: ignore[has-type]
-        run_dir = Path(trainer.log_dir) if isinstance(trainer.loggers[0], RUN_FOLDER_LOGGERS) else None
+        first = trainer.loggers[0]  # (not trainer.log_dir: it waits for the other ranks)
+        run_dir = Path(first.log_dir) if isinstance(first, RUN_FOLDER_LOGGERS) else None
         config_file = run_dir / self.config_filename if run_dir and stage == "fit" else None
         for tracker in tracking:
             tracker.log_config(config, config_file)

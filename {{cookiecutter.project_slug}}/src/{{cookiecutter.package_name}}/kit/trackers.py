@@ -20,6 +20,7 @@ configs/loggers/ name these):
 import importlib
 import json
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,26 @@ class TrackerError(Exception):
     """A tracker that cannot start as configured; the message names the fix."""
 
 
-def needs(module: str, tracker: str, extra: str) -> None:
-    """One line naming the install command when a tracker's package is missing."""
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        raise TrackerError(f'the {tracker} logger needs {module}: pip install -e ".[{extra}]"') from None
+# Loggers whose package is an optional extra of this project: (class, module, extra, name).
+EXTRAS = (
+    (loggers.MLFlowLogger, "mlflow", "mlflow", "MLflow"),
+    (loggers.WandbLogger, "wandb", "wandb", "Weights & Biases"),
+)
+
+
+def check_installed(specs: list[Any]) -> None:
+    """One line naming the install command for a configured logger whose package is missing
+    (checked before anything is built: the config parser would bury the reason in a page)."""
+    for spec in specs:
+        cls = logger_class(spec)
+        for base, module, extra, name in EXTRAS:
+            if cls is not None and issubclass(cls, base):
+                try:
+                    importlib.import_module(module)
+                except ImportError:
+                    raise TrackerError(
+                        f'the {name} logger needs {module}: pip install -e ".[{extra}]"'
+                    ) from None
 
 
 def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -111,7 +126,6 @@ class MLFlowLogger(Tracker, loggers.MLFlowLogger):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        needs("mlflow", "MLflow", "mlflow")
         trial = sweep_trial()
         if trial is not None:
             study, name = trial
@@ -161,7 +175,6 @@ class WandbLogger(Tracker, loggers.WandbLogger):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        needs("wandb", "Weights & Biases", "wandb")
         trial = sweep_trial()
         if trial is not None:
             study, name = trial
@@ -180,7 +193,10 @@ class WandbLogger(Tracker, loggers.WandbLogger):
         self.experiment.config.update(params, allow_val_change=True)
 
     def log_file(self, path: Path) -> None:
-        self.experiment.save(str(path), base_path=str(path.parent), policy="now")
+        # W&B keeps its own config.yaml in the run's files: ours goes beside it, by another name.
+        copy = Path(self.experiment.dir) / f"lightning_{path.name}"
+        shutil.copyfile(path, copy)
+        self.experiment.save(str(copy), base_path=self.experiment.dir, policy="now")
 
     def run_record(self) -> dict[str, Any]:
         return {"id": self.experiment.id}
