@@ -171,7 +171,7 @@ def test_ddp_on_cpu_creates_one_mlflow_run(tmp_path):
     ddp = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
     result = main_py(folder, "fit", "-c", preset("mlflow"), *SHORT, *ddp)
     assert result.returncode == 0, result.stderr[-3000:]
-    client, runs = mlflow_runs(folder)
+    _client, runs = mlflow_runs(folder)
     (run,) = runs
     assert run.info.status == "FINISHED" and "val/acc" in run.data.metrics
     assert run.data.params["trainer.devices"] == "2"
@@ -259,9 +259,7 @@ def test_wandb_offline_run_holds_the_config_metrics_and_files(tmp_path):
 
 
 @pytest.mark.parametrize(("name", "module"), [("mlflow", "mlflow"), ("wandb", "wandb")])
-def test_a_preset_without_its_package_names_the_install_command(
-    name, module, tmp_path, monkeypatch, capsys
-):
+def test_a_preset_without_its_package_names_the_install_command(name, module, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, module, None)  # `import mlflow` now fails, as if not installed
     with pytest.raises(SystemExit) as exit_info:
         in_folder(tmp_path, "fit", "-c", preset(name), *SHORT)

@@ -20,13 +20,13 @@ import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback, ProgressBar, TQDMProgressBar
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.cli import (
     LightningArgumentParser,
     LightningCLI,
     LRSchedulerTypeUnion,
     SaveConfigCallback,
 )
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from torch.optim import Optimizer
@@ -377,7 +377,8 @@ def logger_settings(trainer: Any, spell_out_default: bool = False) -> list[Any]:
     return [
         spec.init_args
         for spec in logger_specs(trainer)
-        if "save_dir" in spec.init_args and issubclass(trackers.logger_class(spec) or object, RUN_FOLDER_LOGGERS)
+        if "save_dir" in spec.init_args
+        and issubclass(trackers.logger_class(spec) or object, RUN_FOLDER_LOGGERS)
     ]
 
 
