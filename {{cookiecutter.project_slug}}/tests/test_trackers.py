@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 from lightning.pytorch.core.saving import load_hparams_from_yaml
 
@@ -176,6 +177,19 @@ def test_ddp_on_cpu_creates_one_mlflow_run(tmp_path):
     assert run.info.status == "FINISHED" and "val/acc" in run.data.metrics
     assert run.data.params["trainer.devices"] == "2"
     assert len(run_folders(folder)) == 1
+
+
+@pytest.mark.slow
+def test_without_a_logger_best_and_last_find_the_checkpoints_where_they_always_are(tmp_path):
+    off = "--trainer.logger=false"
+    in_folder(tmp_path, "fit", off, *SHORT)
+    (run_dir,) = run_folders(tmp_path)  # the layout of the default logger, without its files
+    assert {path.name for path in (run_dir / "checkpoints").iterdir()} >= {"last.ckpt"}
+    assert not list(run_dir.glob("events.out.tfevents.*"))
+    in_folder(tmp_path, "fit", off, *SHORT[1:], "--trainer.max_epochs=3", "--ckpt_path=last")
+    assert run_folders(tmp_path) == [run_dir], "resumed into the same folder"
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 9
+    in_folder(tmp_path, "validate", off, "--ckpt_path=best", *SHORT)  # found: no error
 
 
 # CSV -----------------------------------------------------------------------------------------

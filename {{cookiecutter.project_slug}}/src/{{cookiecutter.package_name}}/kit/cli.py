@@ -73,6 +73,10 @@ class KitCLI(LightningCLI):
     # they hold or in which order. A new batch size would skip a different number of samples,
     # and a loader's saved position only fits a loader with as many worker processes.
     resume_may_change = frozenset({"pin_memory", "prefetch_factor"})
+    # Where fit's checkpoints go when the first logger has no run folder (else None: its folder),
+    # and the run folder a resumed fit continues.
+    checkpoint_dir: Path | None = None
+    resume_version: int | None = None
 
     def __init__(
         self,
@@ -193,6 +197,8 @@ class KitCLI(LightningCLI):
             )
         share_one_version(config.trainer)
         if self.subcommand == "fit":
+            self._pin_checkpoint_folder(config)
+        if self.subcommand == "fit":
             # jsonargparse keeps the settings a new class shares with the old one (--optimizer=Adam
             # after AdamW keeps its weight_decay): show what will actually be built.
             described = [describe(config.get(key)) for key in ("optimizer", "lr_scheduler")]
@@ -224,7 +230,11 @@ class KitCLI(LightningCLI):
         callbacks: list[Callback] = []
         if self.subcommand == "fit":
             if config.trainer.get("enable_checkpointing") is not False:
-                callbacks += [BestCheckpoint(**config.checkpoint), LastCheckpoint(**config.last_checkpoint)]
+                checkpoints = [BestCheckpoint(**config.checkpoint), LastCheckpoint(**config.last_checkpoint)]
+                for checkpoint in checkpoints:
+                    if self.checkpoint_dir is not None:  # else: the first logger's run folder
+                        checkpoint.dirpath = str(self.checkpoint_dir.resolve())
+                callbacks += checkpoints
             if self.datamodule.batch_size == "auto" or config.tuner.scale_lr != "none":
                 callbacks.append(BatchSizeTuner(**config.tuner))
         if config.trainer.get("enable_progress_bar") is not False and not any(
@@ -236,14 +246,8 @@ class KitCLI(LightningCLI):
     def _find_checkpoint(self, config: Any, which: str) -> Path:
         """Resolve `best`/`last` against every earlier run, not only the current one."""
         fill_logger_defaults(config.trainer)
-        loggers = logger_settings(config.trainer, spell_out_default=True)
-        if not loggers:
-            raise UsageError(
-                f"--ckpt_path={which} looks in the logger's run folders, but the logger is off or has none. "
-                "Pass a checkpoint file instead: --ckpt_path=PATH."
-            )
         try:
-            checkpoint = find_checkpoint(runs_folder(loggers[0]), which)
+            checkpoint = find_checkpoint(checkpoint_runs(config.trainer), which)
         except CheckpointNotFoundError as error:
             raise UsageError(str(error)) from None
         print(f"Using {which} checkpoint: {checkpoint}")
@@ -257,9 +261,10 @@ class KitCLI(LightningCLI):
         """
         loggers = logger_settings(config.trainer, spell_out_default=True)
         run_dir = checkpoint.resolve().parent.parent
-        in_a_run = loggers and run_dir.parent == runs_folder(loggers[0]).resolve()
+        in_a_run = run_dir.parent == checkpoint_runs(config.trainer).resolve()
         if not in_a_run or run_version(checkpoint) is None:
             return
+        self.resume_version = run_version(checkpoint)
         if all(logger.get("version") is None for logger in loggers):
             for logger in loggers:
                 logger.version = run_version(checkpoint)
@@ -268,6 +273,26 @@ class KitCLI(LightningCLI):
         self._continue_tracker_runs(config, checkpoint)
         if rank_zero_only.rank == 0:
             resume.lock_run_folder(run_dir)
+
+    def _pin_checkpoint_folder(self, config: Any) -> None:
+        """Checkpoints go into a `version_N` run folder whichever logger comes first, or none.
+
+        Lightning puts them in the first logger's folder: TensorBoard's and CSV's are run folders;
+        a tracker's (MLflow, W&B) is not, and with `--trainer.logger=false` there is none. Then
+        they go where `--ckpt_path=best|last` looks: the first run-folder logger's next
+        `version_N`, else `<default_root_dir>/lightning_logs/version_N`, as the default logger's.
+        """
+        specs = logger_specs(config.trainer)
+        if config.trainer.get("logger") in (None, True) or (specs and writes_run_folders(specs[0])):
+            return
+        folders = logger_settings(config.trainer)
+        runs = checkpoint_runs(config.trainer)
+        version = next((f.version for f in folders if f.get("version") is not None), self.resume_version)
+        if version is None:
+            version = next_version(runs)
+        for folder in folders:
+            folder.version = version
+        self.checkpoint_dir = runs / f"version_{version}" / "checkpoints"
 
     def _continue_tracker_runs(self, config: Any, checkpoint: Path) -> None:
         """Trackers (MLflow, W&B) log into the run recorded in the checkpoint's run folder."""
@@ -374,16 +399,26 @@ def logger_settings(trainer: Any, spell_out_default: bool = False) -> list[Any]:
             class_path="lightning.pytorch.loggers.TensorBoardLogger",
             init_args=Namespace(save_dir=trainer.default_root_dir or ".", name="lightning_logs"),
         )
-    return [
-        spec.init_args
-        for spec in logger_specs(trainer)
-        if "save_dir" in spec.init_args
-        and issubclass(trackers.logger_class(spec) or object, RUN_FOLDER_LOGGERS)
-    ]
+    return [spec.init_args for spec in logger_specs(trainer) if writes_run_folders(spec)]
+
+
+def writes_run_folders(spec: Any) -> bool:
+    """Whether a logger spec names a logger that writes `version_N` folders (TensorBoard, CSV)."""
+    cls = trackers.logger_class(spec)
+    return cls is not None and issubclass(cls, RUN_FOLDER_LOGGERS) and "save_dir" in spec.init_args
 
 
 def runs_folder(logger: Any) -> Path:
     return Path(logger.save_dir) / (logger.get("name") or "")
+
+
+def checkpoint_runs(trainer: Any) -> Path:
+    """The folder whose `version_N/checkpoints` hold the checkpoints: the first run-folder
+    logger's (TensorBoard's, by default), else `<default_root_dir>/lightning_logs`."""
+    folders = logger_settings(trainer, spell_out_default=True)
+    if folders:
+        return runs_folder(folders[0])
+    return Path(trainer.get("default_root_dir") or ".") / "lightning_logs"
 
 
 def share_one_version(trainer: Any) -> None:
