@@ -19,7 +19,7 @@ import lightning as L
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import Callback, ProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import (
     LightningArgumentParser,
     LightningCLI,
@@ -230,7 +230,10 @@ class KitCLI(LightningCLI):
         callbacks: list[Callback] = []
         if self.subcommand == "fit":
             if config.trainer.get("enable_checkpointing") is not False:
-                checkpoints = [BestCheckpoint(**config.checkpoint), LastCheckpoint(**config.last_checkpoint)]
+                checkpoints: list[ModelCheckpoint] = [
+                    BestCheckpoint(**config.checkpoint),
+                    LastCheckpoint(**config.last_checkpoint),
+                ]
                 for checkpoint in checkpoints:
                     if self.checkpoint_dir is not None:  # else: the first logger's run folder
                         checkpoint.dirpath = str(self.checkpoint_dir.resolve())
@@ -319,7 +322,7 @@ class RunConfig(SaveConfigCallback):
         if stage == "fit" and config.get("ckpt_path"):
             config = config.clone()
             config.ckpt_path = None
-            if self.forget_version and stage == "fit":
+            if self.forget_version:
                 for logger in logger_settings(config.trainer):
                     logger.version = None
                 for spec in logger_specs(config.trainer):  # nor the tracker run it continued

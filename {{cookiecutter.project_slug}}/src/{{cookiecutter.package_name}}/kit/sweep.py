@@ -271,7 +271,9 @@ def write_best(study: Any, study_dir: Path, root_dir: Any) -> Path | None:
         return None
     folder = study_dir / f"trial_{best.number:03d}"
     configs = sorted(folder.glob("*/version_*/config.yaml"))
-    configs += [Path(r["run_dir"]) / "config.yaml" for r in read_records(folder / "metrics.jsonl") if "run_dir" in r]
+    configs += [
+        Path(r["run_dir"]) / "config.yaml" for r in read_records(folder / "metrics.jsonl") if "run_dir" in r
+    ]
     configs = [path for path in configs if path.is_file()]
     if not configs:
         return None
