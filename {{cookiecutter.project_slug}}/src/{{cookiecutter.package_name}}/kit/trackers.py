@@ -162,7 +162,8 @@ class MLFlowLogger(Tracker, loggers.MLFlowLogger):
 
     @classmethod
     def continue_run(cls, init_args: Any, record: Mapping[str, Any]) -> None:
-        if init_args.get("tracking_uri") in (None, record.get("tracking_uri")):
+        same_store = init_args.get("tracking_uri") in (None, record.get("tracking_uri"))
+        if init_args.get("run_id") is None and same_store:
             init_args.run_id = record["run_id"]
             init_args.tracking_uri = record.get("tracking_uri")
 
@@ -203,7 +204,8 @@ class WandbLogger(Tracker, loggers.WandbLogger):
 
     @classmethod
     def continue_run(cls, init_args: Any, record: Mapping[str, Any]) -> None:
-        init_args.id = record["id"]  # Lightning asks W&B to resume ("allow") a run of that id
+        if init_args.get("id") is None and init_args.get("version") is None:
+            init_args.id = record["id"]  # Lightning asks W&B to resume ("allow") a run of that id
 
 
 def tracker_class(spec: Any) -> type[Tracker] | None:
