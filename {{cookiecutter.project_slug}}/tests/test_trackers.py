@@ -63,8 +63,6 @@ def environment() -> dict[str, str]:
         **{key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"},
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": os.pathsep.join(filter(None, paths)),
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
     }
 
 
@@ -100,20 +98,32 @@ def steps(client: Any, run_id: str, metric: str) -> list[int]:
     return [m.step for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.timestamp)]
 
 
+DDP = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
+
+
 @pytest.fixture(scope="module")
 def mlflow_trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`fit` then `test --ckpt_path=best` with the MLflow preset."""
+    """`fit` on two DDP ranks, then `test --ckpt_path=best`, with the MLflow preset."""
     folder = tmp_path_factory.mktemp("mlflow")
-    in_folder(folder, "fit", "-c", preset("mlflow"), *SHORT)
+    result = main_py(folder, "fit", "-c", preset("mlflow"), *SHORT, *DDP)
+    assert result.returncode == 0, result.stderr[-3000:]
     in_folder(folder, "test", "-c", preset("mlflow"), "--ckpt_path=best", *SHORT)
     return folder
 
 
 @pytest.mark.slow
+def test_ddp_on_cpu_creates_one_mlflow_run_and_test_adds_to_it(mlflow_trained):
+    _client, runs = mlflow_runs(mlflow_trained)
+    (run,) = runs  # two ranks, then `test`: one run
+    assert run.data.params["trainer.devices"] == "2" and run.info.status == "FINISHED"
+    assert {"val/acc", "test/acc", "test/loss"} <= run.data.metrics.keys()
+    (run_dir, *_) = run_folders(mlflow_trained)
+    assert json.loads((run_dir / TRACKERS_FILE).read_text())["MLFlowLogger"]["run_id"] == run.info.run_id
+
+
+@pytest.mark.slow
 def test_mlflow_run_holds_the_config_metrics_and_files(mlflow_trained):
-    client, runs = mlflow_runs(mlflow_trained)
-    (run,) = runs  # fit and test: one run
-    assert run.info.status == "FINISHED"
+    client, (run,) = mlflow_runs(mlflow_trained)
     params = run.data.params
     # The whole config, flattened, once: no second copy under Lightning's hparams names.
     assert params["trainer.max_epochs"] == "2"
@@ -121,16 +131,15 @@ def test_mlflow_run_holds_the_config_metrics_and_files(mlflow_trained):
     assert params["optimizer.init_args.lr"] == "0.002"
     assert not any(key.startswith("network/") for key in params)
     metrics = run.data.metrics
-    assert {"train/loss", "train/acc", "val/acc", "val/loss", "test/acc", "test/loss"} <= metrics.keys()
+    assert {"train/loss", "train/acc", "val/acc", "val/loss", "lr-AdamW"} <= metrics.keys()
     assert steps(client, run.info.run_id, "train/loss") == list(range(6))  # every step, by step
     assert len(client.get_metric_history(run.info.run_id, "val/acc")) == 2  # every epoch
     artifacts = {artifact.path for artifact in client.list_artifacts(run.info.run_id)}
-    (run_dir,) = run_folders(mlflow_trained)[:1]
+    (run_dir, *_) = run_folders(mlflow_trained)
     (best,) = (run_dir / "checkpoints").glob("best-*.ckpt")
     assert {"config.yaml", best.stem} <= artifacts
     saved = yaml.safe_load(Path(client.download_artifacts(run.info.run_id, "config.yaml")).read_text())
     assert saved["trainer"]["max_epochs"] == 2
-    assert json.loads((run_dir / TRACKERS_FILE).read_text())["MLFlowLogger"]["run_id"] == run.info.run_id
 
 
 @pytest.mark.slow
@@ -145,38 +154,25 @@ def test_checkpoints_stay_in_the_tensorboard_run_folder_with_mlflow(mlflow_train
 
 @pytest.mark.slow
 def test_a_run_stopped_by_sigterm_resumes_into_the_same_mlflow_run(tmp_path):
-    folder = tmp_path
     flags = ("fit", "-c", preset("mlflow"), *SHORT[1:], "--trainer.max_epochs=3")
+    # A real SIGTERM, to this process, at step 4: the preempted job's last.ckpt, exit code 143.
     stop = ("--trainer.callbacks+=faults.SignalAt", "--trainer.callbacks.step=4")
-    stopped = main_py(folder, *flags, *stop)
-    assert stopped.returncode == EXIT_STOPPED, stopped.stderr[-3000:]
-    client, runs = mlflow_runs(folder)
+    with pytest.raises(SystemExit) as stopped:
+        in_folder(tmp_path, *flags, *stop)
+    assert stopped.value.code == EXIT_STOPPED
+    client, runs = mlflow_runs(tmp_path)
     assert [run.info.status for run in runs] == ["FAILED"]
     params_before = runs[0].data.params
 
-    resumed = main_py(folder, *flags, "--ckpt_path=last")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    client, runs = mlflow_runs(folder)
+    in_folder(tmp_path, *flags, "--ckpt_path=last")  # as the requeued job would
+    client, runs = mlflow_runs(tmp_path)
     (run,) = runs  # the same run, continued
     assert run.info.status == "FINISHED"
     # Steps go on from where the stop left them: none repeated, none restarted from 0.
     assert steps(client, run.info.run_id, "train/loss") == list(range(9))
     assert len(client.get_metric_history(run.info.run_id, "val/acc")) == 3
     assert run.data.params == params_before, "params logged once, at the start"
-    assert len(run_folders(folder)) == 1
-
-
-@pytest.mark.slow
-def test_ddp_on_cpu_creates_one_mlflow_run(tmp_path):
-    folder = tmp_path
-    ddp = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
-    result = main_py(folder, "fit", "-c", preset("mlflow"), *SHORT, *ddp)
-    assert result.returncode == 0, result.stderr[-3000:]
-    _client, runs = mlflow_runs(folder)
-    (run,) = runs
-    assert run.info.status == "FINISHED" and "val/acc" in run.data.metrics
-    assert run.data.params["trainer.devices"] == "2"
-    assert len(run_folders(folder)) == 1
+    assert len(run_folders(tmp_path)) == 1
 
 
 @pytest.mark.slow
@@ -243,10 +239,16 @@ def key(item: Any) -> str:
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_holds_the_config_metrics_and_files(tmp_path):
+def test_wandb_offline_run_holds_the_config_metrics_and_files(tmp_path, monkeypatch):
+    import wandb
+
     folder = tmp_path
-    result = main_py(folder, "fit", "-c", preset("wandb"), *SHORT)
-    assert result.returncode == 0, result.stderr[-3000:]
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    try:
+        in_folder(folder, "fit", "-c", preset("wandb"), *SHORT)
+    finally:
+        wandb.finish()  # a process of its own would finish the run as it ends
     (offline_run,) = (folder / "logs" / "wandb").glob("offline-run-*")
     (run_file,) = offline_run.glob("run-*.wandb")
     history, config, run_ids = [], {}, []
