@@ -248,7 +248,7 @@ def test_wandb_offline_run_holds_the_config_metrics_and_files(tmp_path, monkeypa
     try:
         in_folder(folder, "fit", "-c", preset("wandb"), *SHORT)
     finally:
-        wandb.finish()  # a process of its own would finish the run as it ends
+        wandb.teardown()  # what a process of its own does as it ends: finish, wait for the files
     (offline_run,) = (folder / "logs" / "wandb").glob("offline-run-*")
     (run_file,) = offline_run.glob("run-*.wandb")
     history, config, run_ids = [], {}, []
