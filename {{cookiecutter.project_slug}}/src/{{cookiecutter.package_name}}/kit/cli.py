@@ -17,21 +17,23 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import Callback, ProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import (
     LightningArgumentParser,
     LightningCLI,
     LRSchedulerTypeUnion,
     SaveConfigCallback,
 )
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import CyclicLR, OneCycleLR, ReduceLROnPlateau
 
-from . import data_checks, hardware, launcher, resume
+from . import data_checks, hardware, launcher, resume, trackers
 from .callbacks import (
     BestCheckpoint,
     ExactResume,
@@ -75,6 +77,10 @@ class KitCLI(LightningCLI):
     # they hold or in which order. A new batch size would skip a different number of samples,
     # and a loader's saved position only fits a loader with as many worker processes.
     resume_may_change = frozenset({"pin_memory", "prefetch_factor"})
+    # Where fit's checkpoints go when the first logger has no run folder (else None: its folder),
+    # and the run folder a resumed fit continues.
+    checkpoint_dir: Path | None = None
+    resume_version: int | None = None
 
     def __init__(
         self,
@@ -190,14 +196,21 @@ class KitCLI(LightningCLI):
         if launch is not None:  # started by torchrun: join its processes into one run
             rank_zero_info(launcher.match_launch(config.trainer, launch))
         hardware.check_request(config.trainer.accelerator, config.trainer.devices)
-        if self.subcommand == "fit" and config.get("ckpt_path") and resume.is_local(config.ckpt_path):
-            self._continue_run(config, Path(config.ckpt_path))
+        trackers.check_installed(logger_specs(config.trainer))
+        fill_logger_defaults(config.trainer)
+        if config.get("ckpt_path") and resume.is_local(config.ckpt_path):
+            if self.subcommand == "fit":
+                self._continue_run(config, Path(config.ckpt_path))
+            else:  # e.g. `test --ckpt_path=best`: its metrics join the trained run's tracker run
+                self._continue_tracker_runs(config, Path(config.ckpt_path))
         if self.subcommand != "fit" and config.get("data", Namespace()).get("batch_size") == "auto":
             raise UsageError(
                 f"--data.batch_size=auto is resolved by `fit` only; `{self.subcommand}` needs a number, "
                 "e.g. the one fit chose: it is in the run's config.yaml."
             )
         share_one_version(config.trainer)
+        if self.subcommand == "fit":
+            self._pin_checkpoint_folder(config)
         if self.subcommand == "fit":
             # jsonargparse keeps the settings a new class shares with the old one (--optimizer=Adam
             # after AdamW keeps its weight_decay): show what will actually be built.
@@ -236,7 +249,14 @@ class KitCLI(LightningCLI):
         callbacks: list[Callback] = []
         if self.subcommand == "fit":
             if config.trainer.get("enable_checkpointing") is not False:
-                callbacks += [BestCheckpoint(**config.checkpoint), LastCheckpoint(**config.last_checkpoint)]
+                checkpoints: list[ModelCheckpoint] = [
+                    BestCheckpoint(**config.checkpoint),
+                    LastCheckpoint(**config.last_checkpoint),
+                ]
+                for checkpoint in checkpoints:
+                    if self.checkpoint_dir is not None:  # else: the first logger's run folder
+                        checkpoint.dirpath = str(self.checkpoint_dir.resolve())
+                callbacks += checkpoints
             if self.datamodule.batch_size == "auto" or config.tuner.scale_lr != "none":
                 callbacks.append(BatchSizeTuner(**config.tuner))
         if config.compile.enabled:
@@ -249,14 +269,9 @@ class KitCLI(LightningCLI):
 
     def _find_checkpoint(self, config: Any, which: str) -> Path:
         """Resolve `best`/`last` against every earlier run, not only the current one."""
-        loggers = logger_settings(config.trainer, spell_out_default=True)
-        if not loggers:
-            raise UsageError(
-                f"--ckpt_path={which} looks in the logger's run folders, but the logger is off or has none. "
-                "Pass a checkpoint file instead: --ckpt_path=PATH."
-            )
+        fill_logger_defaults(config.trainer)
         try:
-            checkpoint = find_checkpoint(runs_folder(loggers[0]), which)
+            checkpoint = find_checkpoint(checkpoint_runs(config.trainer), which)
         except CheckpointNotFoundError as error:
             raise UsageError(str(error)) from None
         print(f"Using {which} checkpoint: {checkpoint}")
@@ -270,16 +285,45 @@ class KitCLI(LightningCLI):
         """
         loggers = logger_settings(config.trainer, spell_out_default=True)
         run_dir = checkpoint.resolve().parent.parent
-        in_a_run = loggers and run_dir.parent == runs_folder(loggers[0]).resolve()
+        in_a_run = run_dir.parent == checkpoint_runs(config.trainer).resolve()
         if not in_a_run or run_version(checkpoint) is None:
             return
+        self.resume_version = run_version(checkpoint)
         if all(logger.get("version") is None for logger in loggers):
             for logger in loggers:
                 logger.version = run_version(checkpoint)
             # The saved config.yaml stays a recipe for a fresh run: no version, no checkpoint.
             self.save_config_kwargs["forget_version"] = True
+        self._continue_tracker_runs(config, checkpoint)
         if rank_zero_only.rank == 0:
             resume.lock_run_folder(run_dir)
+
+    def _pin_checkpoint_folder(self, config: Any) -> None:
+        """Checkpoints go into a `version_N` run folder whichever logger comes first, or none.
+
+        Lightning puts them in the first logger's folder: TensorBoard's and CSV's are run folders;
+        a tracker's (MLflow, W&B) is not, and with `--trainer.logger=false` there is none. Then
+        they go where `--ckpt_path=best|last` looks: the first run-folder logger's next
+        `version_N`, else `<default_root_dir>/lightning_logs/version_N`, as the default logger's.
+        """
+        specs = logger_specs(config.trainer)
+        if config.trainer.get("logger") in (None, True) or (specs and writes_run_folders(specs[0])):
+            return
+        folders = logger_settings(config.trainer)
+        runs = checkpoint_runs(config.trainer)
+        version = next((f.version for f in folders if f.get("version") is not None), self.resume_version)
+        if version is None:
+            version = next_version(runs)
+        for folder in folders:
+            folder.version = version
+        self.checkpoint_dir = runs / f"version_{version}" / "checkpoints"
+
+    def _continue_tracker_runs(self, config: Any, checkpoint: Path) -> None:
+        """Trackers (MLflow, W&B) log into the run recorded in the checkpoint's run folder."""
+        run_dir = checkpoint.resolve().parent.parent
+        if run_version(checkpoint) is not None:
+            trackers.continue_runs(run_dir, logger_specs(config.trainer))
+            self.save_config_kwargs["forget_version"] = True
 
 
 class RunConfig(SaveConfigCallback):
@@ -302,8 +346,27 @@ class RunConfig(SaveConfigCallback):
             if self.forget_version:
                 for logger in logger_settings(config.trainer):
                     logger.version = None
+                for spec in logger_specs(config.trainer):  # nor the tracker run it continued
+                    for key in ("run_id", "id"):
+                        if trackers.tracker_class(spec) is not None and key in spec.init_args:
+                            spec.init_args[key] = None
             self.config = config
         super().setup(trainer, pl_module, stage)
+
+    def save_config(self, trainer: Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Rank 0: the whole config to each tracker (params once, config.yaml as a file), and
+        the trackers' run ids into the run folder, for a resumed `fit` or a `test` to continue."""
+        tracking = [logger for logger in trainer.loggers if isinstance(logger, trackers.Tracker)]
+        if not tracking:
+            return
+        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))  # type: ignore[has-type]
+        first = trainer.loggers[0]  # (not trainer.log_dir: it waits for the other ranks)
+        run_dir = Path(first.log_dir) if isinstance(first, RUN_FOLDER_LOGGERS) else None
+        config_file = run_dir / self.config_filename if run_dir and stage == "fit" else None
+        for tracker in tracking:
+            tracker.log_config(config, config_file)
+        if run_dir is not None and stage == "fit":
+            trackers.record_runs(run_dir, tracking)
 
 
 def changed(settings: Any, baseline: Any) -> dict[str, Any]:
@@ -327,6 +390,27 @@ def class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+# Loggers that write `<save_dir>/<name>/version_N` run folders (checkpoints go into the first's).
+RUN_FOLDER_LOGGERS = (TensorBoardLogger, CSVLogger)
+
+
+def logger_specs(trainer: Any) -> list[Any]:
+    """Each configured logger's `class_path`/`init_args` Namespace (none for `logger: false`)."""
+    loggers = trainer.get("logger")
+    loggers = loggers if isinstance(loggers, list) else [loggers]
+    return [logger for logger in loggers if isinstance(logger, Namespace) and logger.get("init_args")]
+
+
+def fill_logger_defaults(trainer: Any) -> None:
+    """The kit's trackers fill in what their config leaves empty (MLflow's local store, under
+    `trainer.default_root_dir`), in every process alike."""
+    root_dir = Path(trainer.get("default_root_dir") or ".")
+    for spec in logger_specs(trainer):
+        tracker = trackers.tracker_class(spec)
+        if tracker is not None:
+            tracker.fill_defaults(spec.init_args, root_dir)
+
+
 def logger_settings(trainer: Any, spell_out_default: bool = False) -> list[Any]:
     """The init_args of each configured logger that writes `version_N` run folders.
 
@@ -339,17 +423,26 @@ def logger_settings(trainer: Any, spell_out_default: bool = False) -> list[Any]:
             class_path="lightning.pytorch.loggers.TensorBoardLogger",
             init_args=Namespace(save_dir=trainer.default_root_dir or ".", name="lightning_logs"),
         )
-    loggers = trainer.get("logger")
-    loggers = loggers if isinstance(loggers, list) else [loggers]
-    return [
-        logger.init_args
-        for logger in loggers
-        if isinstance(logger, Namespace) and "save_dir" in (logger.get("init_args") or Namespace())
-    ]
+    return [spec.init_args for spec in logger_specs(trainer) if writes_run_folders(spec)]
+
+
+def writes_run_folders(spec: Any) -> bool:
+    """Whether a logger spec names a logger that writes `version_N` folders (TensorBoard, CSV)."""
+    cls = trackers.logger_class(spec)
+    return cls is not None and issubclass(cls, RUN_FOLDER_LOGGERS) and "save_dir" in spec.init_args
 
 
 def runs_folder(logger: Any) -> Path:
     return Path(logger.save_dir) / (logger.get("name") or "")
+
+
+def checkpoint_runs(trainer: Any) -> Path:
+    """The folder whose `version_N/checkpoints` hold the checkpoints: the first run-folder
+    logger's (TensorBoard's, by default), else `<default_root_dir>/lightning_logs`."""
+    folders = logger_settings(trainer, spell_out_default=True)
+    if folders:
+        return runs_folder(folders[0])
+    return Path(trainer.get("default_root_dir") or ".") / "lightning_logs"
 
 
 def share_one_version(trainer: Any) -> None:
@@ -394,6 +487,7 @@ def run(
         hardware.HardwareError,
         launcher.LaunchMismatchError,
         ExportError,
+        trackers.TrackerError,
         *user_errors,
     )
     try:

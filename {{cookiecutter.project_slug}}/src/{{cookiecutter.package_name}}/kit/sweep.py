@@ -26,6 +26,8 @@ from typing import Any, Literal
 import lightning as L
 import yaml
 
+from . import trackers
+
 POLL_S = 0.5  # how often this process reads a running trial's metrics
 PRUNED_AFTER_S = 120  # a pruned trial still running after this long is killed
 DEFAULT_SPACE = Path("configs/sweep.yaml")
@@ -66,8 +68,13 @@ class MetricsFile(L.Callback):
         if value is None:
             known = ", ".join(sorted(trainer.callback_metrics)) or "none"
             raise SweepError(f"the sweep's metric {self.metric!r} was not logged; logged: {known}")
+        record = {"epoch": trainer.current_epoch, "value": float(value)}
+        if trainer.loggers and getattr(trainer.loggers[0], "log_dir", None):
+            # Where the run's config.yaml is, also when a preset's logger writes outside the trial
+            # folder (trainer.log_dir would wait for the other DDP ranks; this runs on rank 0).
+            record["run_dir"] = str(Path(trainer.loggers[0].log_dir).resolve())
         with self.path.open("a") as file:
-            file.write(json.dumps({"epoch": trainer.current_epoch, "value": float(value)}) + "\n")
+            file.write(json.dumps(record) + "\n")
 
 
 @dataclass
@@ -215,13 +222,15 @@ def pid_alive(pid: int) -> bool:
 
 
 def run_trial(
-    study: Any, trial: Any, command: list[str], metrics: Path, log: Path
+    study: Any, trial: Any, command: list[str], metrics: Path, log: Path, env: dict[str, str] | None = None
 ) -> tuple[str, float | None]:
     """Run one trial's `fit`, reporting each epoch's metric; ("complete"|"pruned"|"failed", best)."""
     values: list[float] = []
     pruned_at: float | None = None
     with log.open("w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
         try:
             seen = 0
             while process.poll() is None or seen < count_lines(metrics):
@@ -291,7 +300,12 @@ def write_best(study: Any, study_dir: Path, root_dir: Any, autolog_hparams: bool
         best = study.best_trial
     except ValueError:
         return None
-    configs = sorted((study_dir / f"trial_{best.number:03d}").glob("*/version_*/config.yaml"))
+    folder = study_dir / f"trial_{best.number:03d}"
+    configs = sorted(folder.glob("*/version_*/config.yaml"))
+    configs += [
+        Path(r["run_dir"]) / "config.yaml" for r in read_records(folder / "metrics.jsonl") if "run_dir" in r
+    ]
+    configs = [path for path in configs if path.is_file()]
     if not configs:
         return None
     config_path = configs[0]
@@ -374,8 +388,15 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
             command += ["--trainer.enable_autolog_hparams=false", flag("trainer.callbacks.params", params)]
         shown_params = ", ".join(f"{key}={format_value(value)}" for key, value in params.items())
         print(f"Trial {trial.number}: {shown_params}", flush=True)
+        # A tracker preset (configs/loggers/) groups the trials by study: kit/trackers.py.
+        env = {
+            **os.environ,
+            trackers.SWEEP_STUDY: args.study,
+            trackers.SWEEP_TRIAL: str(trial.number),
+            trackers.SWEEP_ROOT: str(Path(root_dir).resolve()),
+        }
         try:
-            state, best = run_trial(study, trial, command, metrics, folder / "output.log")
+            state, best = run_trial(study, trial, command, metrics, folder / "output.log", env)
         except KeyboardInterrupt:  # the trial was stopped too; rerun the command to go on
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             print(f"\nSweep interrupted: trial {trial.number} marked failed. Rerun the command to continue.")
