@@ -19,7 +19,7 @@ import torch
 import yaml
 from lightning.pytorch.core.saving import load_hparams_from_yaml
 
-from conftest import MAIN, PROJECT_ROOT
+from conftest import MAIN, PROJECT_ROOT, extra
 from {{ cookiecutter.package_name }}.cli import cli_main
 from {{ cookiecutter.package_name }}.kit.cli import EXIT_STOPPED
 from {{ cookiecutter.package_name }}.kit.trackers import TRACKERS_FILE
@@ -104,6 +104,7 @@ DDP = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=d
 @pytest.fixture(scope="module")
 def mlflow_trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`fit` on two DDP ranks, then `test --ckpt_path=best`, with the MLflow preset."""
+    extra("mlflow", "mlflow")
     folder = tmp_path_factory.mktemp("mlflow")
     result = main_py(folder, "fit", "-c", preset("mlflow"), *SHORT, *DDP)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -154,6 +155,7 @@ def test_checkpoints_stay_in_the_tensorboard_run_folder_with_mlflow(mlflow_train
 
 @pytest.mark.slow
 def test_a_run_stopped_by_sigterm_resumes_into_the_same_mlflow_run(tmp_path):
+    extra("mlflow", "mlflow")
     flags = ("fit", "-c", preset("mlflow"), *SHORT[1:], "--trainer.max_epochs=3")
     # A real SIGTERM, to this process, at step 4: the preempted job's last.ckpt, exit code 143.
     stop = ("--trainer.callbacks+=faults.SignalAt", "--trainer.callbacks.step=4")
@@ -240,7 +242,7 @@ def key(item: Any) -> str:
 
 @pytest.mark.slow
 def test_wandb_offline_run_holds_the_config_metrics_and_files(tmp_path, monkeypatch):
-    import wandb
+    wandb = extra("wandb", "wandb")
 
     folder = tmp_path
     monkeypatch.setenv("WANDB_MODE", "offline")
