@@ -91,7 +91,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def cpu(session: nox.Session) -> None:
-    """Render a project; install it; run its tests and a short fit/test on the CPU."""
+    """Render a project; install it with every extra; run its tests (DDP ones aside) on the CPU."""
     run_project_session(session, "cpu")
 
 

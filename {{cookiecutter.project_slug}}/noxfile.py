@@ -40,10 +40,10 @@ def _load_torch_build():
 torch_build = _load_torch_build()
 
 
-def install(session: nox.Session, build: str, project: str = ".[dev]") -> None:
+def install(session: nox.Session, build: str, project: str = ".[all,test]") -> None:
     """torch in exactly this build first (see the module docstring), then the project.
 
-    `.[dev]` brings every optional extra, so that the tests of sweeps, trackers, export and
+    `.[all,test]` brings every optional extra, so that the tests of sweeps, trackers, export and
     serving run; sessions that need none of them install less (the extras are large).
     """
     version = os.environ.get("TORCH_VERSION", torch_build.TESTED_TORCH_VERSION)
@@ -104,13 +104,12 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def cpu(session: nox.Session) -> None:
-    """All CPU tests (DDP ones aside), then a short fit/test on the CPU."""
+    """All CPU tests, DDP ones aside (they run main.py fit, test, predict... as a user does)."""
     install(session, cpu_build())
     # DDP tests run in ddp_cpu; everything else runs here, every extra's tests included: one
     # that cannot import its extra fails rather than skips.
     session.env["KIT_TESTS_NEED_EXTRAS"] = "1"
     session.run("pytest", "-m", "not gpu", "--ignore=tests/test_distributed.py", *session.posargs)
-    short_run(session, "--trainer.accelerator=cpu")
 
 
 @nox.session
@@ -118,7 +117,6 @@ def ddp_cpu(session: nox.Session) -> None:
     """DDP on the CPU: 2 processes over gloo, the same code path as multi-GPU DDP."""
     install(session, cpu_build(), ".[test]")
     session.run("pytest", "tests/test_distributed.py", "-m", "not gpu", *session.posargs)
-    short_run(session, "-c", "configs/presets/ddp_cpu.yaml")
 
 
 @nox.session

@@ -231,7 +231,9 @@ def record_runs(run_dir: Path, trackers: list[Tracker]) -> None:
     if trackers:
         records = {type(tracker).__name__: tracker.run_record() for tracker in trackers}
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / TRACKERS_FILE).write_text(json.dumps(records, indent=2) + "\n")
+        partial = run_dir / f".{TRACKERS_FILE}.partial"  # renamed into place: never half-written
+        partial.write_text(json.dumps(records, indent=2) + "\n")
+        partial.replace(run_dir / TRACKERS_FILE)
 
 
 def continue_runs(run_dir: Path, specs: list[Any]) -> None:
