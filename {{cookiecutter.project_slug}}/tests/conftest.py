@@ -4,6 +4,7 @@ The helpers they share with the kit's tests live in `kit/kit_testing.py` (on the
 `pythonpath` in pyproject.toml) and are passed on from here: `from conftest import ...` works.
 """
 
+import os
 import runpy
 import sys
 from collections.abc import Callable
@@ -17,6 +18,7 @@ __all__ = [
     "MAIN",
     "PROJECT_ROOT",
     "extra",
+    "main_py_environment",
     "requires_gpus",
     "run_main",
     "tensorboard_scalars",
@@ -24,6 +26,19 @@ __all__ = [
 ]
 
 MAIN = PROJECT_ROOT / "main.py"
+
+
+def main_py_environment(drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """For `python main.py` in a new process: this interpreter (and its torchrun) first on PATH,
+    the project and these tests importable, output unbuffered; without the variables in `drop`."""
+    tests = PROJECT_ROOT / "tests"
+    paths = [str(PROJECT_ROOT / "src"), str(tests), str(tests / "kit"), os.environ.get("PYTHONPATH", "")]
+    return {
+        **{key: value for key, value in os.environ.items() if key not in drop},
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join(filter(None, paths)),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 @pytest.fixture

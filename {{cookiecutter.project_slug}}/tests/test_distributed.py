@@ -19,7 +19,7 @@ import lightning as L
 import pytest
 import torch
 
-from conftest import MAIN, PROJECT_ROOT, requires_gpus, tensorboard_scalars
+from conftest import MAIN, PROJECT_ROOT, main_py_environment, requires_gpus, tensorboard_scalars
 from {{ cookiecutter.package_name }}.data import DigitsDataModule
 from {{ cookiecutter.package_name }}.kit.launcher import Launch, LaunchMismatchError, device_count, match_launch
 
@@ -68,22 +68,15 @@ def rank_reports(folder: Path, stage: str) -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in sorted(folder.glob(f"rank*-{stage}.json"))]
 
 
-def environment() -> dict[str, str]:
-    """This interpreter (and its torchrun) first on PATH; the project and these tests importable."""
-    tests = PROJECT_ROOT / "tests"
-    paths = [str(PROJECT_ROOT / "src"), str(tests), str(tests / "kit"), os.environ.get("PYTHONPATH", "")]
-    return {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": os.pathsep.join(filter(None, paths)),
-        "PYTHONUNBUFFERED": "1",
-    }
-
-
 def run(folder: Path, *command: str, env: dict[str, str] | None = None) -> str:
     """Run a command in `folder`; its output, or a failure that shows that output."""
     result = subprocess.run(
-        command, cwd=folder, env=env or environment(), capture_output=True, text=True, timeout=TIMEOUT_S
+        command,
+        cwd=folder,
+        env=env or main_py_environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"{' '.join(command)} failed ({result.returncode}):\n{output[-4000:]}"
@@ -173,7 +166,7 @@ def test_evaluation_on_two_ranks_counts_every_sample_once_as_one_device_does(tmp
 
 @pytest.mark.slow
 def test_torchrun_without_trainer_flags_joins_its_processes_into_one_run(tmp_path):
-    env = {**environment(), "NPROC_PER_NODE": "2", "MASTER_PORT": str(free_port())}
+    env = {**main_py_environment(), "NPROC_PER_NODE": "2", "MASTER_PORT": str(free_port())}
     torchrun = str(PROJECT_ROOT / "scripts" / "torchrun.sh")
     output = run(tmp_path, "bash", torchrun, "fit", "--trainer.accelerator=cpu", *SHORT, env=env)
     assert "torchrun started 2 processes (2 per node on 1 node(s))" in output
@@ -188,7 +181,7 @@ def test_two_torchrun_nodes_on_loopback_train_as_one_run(tmp_path):
     torchrun = str(PROJECT_ROOT / "scripts" / "torchrun.sh")
     nodes = []
     for node_rank in (0, 1):
-        env = {**environment(), "NNODES": "2", "NODE_RANK": str(node_rank), "NPROC_PER_NODE": "1"}
+        env = {**main_py_environment(), "NNODES": "2", "NODE_RANK": str(node_rank), "NPROC_PER_NODE": "1"}
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         command = ["bash", torchrun, "fit", "--trainer.accelerator=cpu", *SHORT]
         nodes.append(

@@ -19,7 +19,7 @@ import torch
 import yaml
 from lightning.pytorch.core.saving import load_hparams_from_yaml
 
-from conftest import MAIN, PROJECT_ROOT, extra
+from conftest import MAIN, PROJECT_ROOT, extra, main_py_environment
 from {{ cookiecutter.package_name }}.cli import cli_main
 from {{ cookiecutter.package_name }}.kit.cli import EXIT_STOPPED
 from {{ cookiecutter.package_name }}.kit.trackers import TRACKERS_FILE
@@ -56,22 +56,12 @@ def in_folder(folder: Path, *args: str) -> None:
             os.environ["MLFLOW_TRACKING_URI"] = uri
 
 
-def environment() -> dict[str, str]:
-    tests = PROJECT_ROOT / "tests"
-    paths = [str(PROJECT_ROOT / "src"), str(tests), str(tests / "kit"), os.environ.get("PYTHONPATH", "")]
-    return {
-        **{key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"},
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": os.pathsep.join(filter(None, paths)),
-    }
-
-
 def main_py(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`python main.py ARGS` in a new process, in `folder`."""
     return subprocess.run(
         [sys.executable, str(MAIN), *args],
         cwd=folder,
-        env=environment(),
+        env=main_py_environment(drop=("MLFLOW_TRACKING_URI",)),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
