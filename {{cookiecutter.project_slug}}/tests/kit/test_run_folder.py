@@ -129,6 +129,7 @@ def test_without_a_logger_checkpoints_land_where_best_and_last_look(monkeypatch,
     assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
 
 
+@pytest.mark.slow
 def test_a_model_setting_that_contradicts_the_checkpoint_is_refused(tmp_path):
     """The checkpoint's model is what runs: a flag asking for another is an error, not ignored."""
     fitted = run_fixtures(tmp_path, *QUICK_FIT)
