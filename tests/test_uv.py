@@ -10,10 +10,10 @@ import os
 import re
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from conftest import TORCH_BUILDS, render
 
 UV = shutil.which("uv")
@@ -48,7 +48,7 @@ def local_cpu_torch_wheel() -> Path | None:
 def test_uv_sync_installs_the_cpu_build_and_uv_run_trains(tmp_path):
     wheel = local_cpu_torch_wheel()
     if UV is None or wheel is None:
-        pytest.skip("needs uv (pip install uv) and a local CPU torch wheel in UV_FIND_LINKS or PIP_FIND_LINKS")
+        pytest.skip("needs uv (pip install uv) and a local CPU torch wheel (UV_FIND_LINKS or PIP_FIND_LINKS)")
     simple = tmp_path / "simple" / "torch"
     simple.mkdir(parents=True)
     (simple / "index.html").write_text(f'<a href="{wheel.as_uri()}">{wheel.name}</a>')
