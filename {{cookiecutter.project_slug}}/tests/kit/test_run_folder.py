@@ -37,7 +37,7 @@ def trainer_settings(root: Path, *loggers: tuple[str, str | None], logger: objec
 def folder_for(trainer: Namespace) -> RunFolder:
     run_folder = RunFolder()
     run_folder.read(trainer)
-    run_folder.logger_settings(trainer)
+    run_folder.configure_loggers(trainer)
     return run_folder
 
 
@@ -72,6 +72,12 @@ def test_the_run_folder_is_created_only_when_used_and_discarded_when_new(tmp_pat
     assert run_folder.path.is_dir()
     run_folder.discard()
     assert not run_folder.path.exists()
+    named = trainer_settings(tmp_path, (TENSORBOARD, "tb"))
+    named.logger[0].init_args.version = 7  # a run the config names: maybe an earlier one's
+    run_folder = folder_for(named)
+    run_folder.lock()
+    run_folder.discard()
+    assert run_folder.path == tmp_path / "tb" / "runs" / "version_7" and run_folder.path.is_dir()
 
 
 def checkpoint(run: Path, name: str, age: float) -> Path:

@@ -68,7 +68,6 @@ class KitCLI(LightningCLI):
         model_class: type[L.LightningModule],
         datamodule_class: type[L.LightningDataModule],
         default_config_files: Sequence[Path] = (),
-        run_folder: RunFolder | None = None,
         **kwargs: Any,
     ) -> None:
         # default_env: PL_FIT__TRAINER__MAX_EPOCHS=1 and friends, as in Lightning's docs (the
@@ -90,7 +89,8 @@ class KitCLI(LightningCLI):
         )
         # The run's version_N folder, checkpoints, lock and tracker runs (kit/run_folder.py);
         # its config.yaml is saved by RunConfig, Lightning's SaveConfigCallback made to write there.
-        self.run_folder = run_folder or RunFolder()
+        # (`run()` passes one in, to let go of its lock however the run ends.)
+        self.run_folder: RunFolder = kwargs.pop("run_folder", None) or RunFolder()
         kwargs.setdefault("save_config_callback", RunConfig)
         kwargs.setdefault("save_config_kwargs", {"run_folder": self.run_folder})
         # Lightning's Trainer plus the `export` and `serve` subcommands (kit/trainer.py).
@@ -176,7 +176,7 @@ class KitCLI(LightningCLI):
         if self.subcommand == "fit":
             self.run_folder.recipe.ckpt_path = None  # a recipe trains from scratch
         if config.trainer.get("logger") is not False:
-            self.run_folder.logger_settings(config.trainer)
+            self.run_folder.configure_loggers(config.trainer)
         if self.subcommand == "fit":
             described = [describe(config.get(key)) for key in ("optimizer", "lr_scheduler")]
             rank_zero_info("Optimizer: {}; LR scheduler: {}".format(*described))

@@ -65,7 +65,7 @@ class RunFolder:
     """The current run's folder, and where earlier runs' checkpoints are found.
 
     Filled in as the CLI learns: `read` the parsed trainer settings, `continue_run` a checkpoint,
-    `logger_settings` for the loggers the Trainer builds, `use_for` its checkpoint callbacks.
+    `configure_loggers` the Trainer builds, `use_for` its checkpoint callbacks.
     """
 
     def __init__(self) -> None:
@@ -75,6 +75,7 @@ class RunFolder:
         self.default_logger = True  # `trainer.logger` unset: Lightning's default TensorBoard logger
         self.version: int | str | None = None  # chosen when first needed; a resumed run's N
         self.resumed = False  # `fit` continues a run folder that already exists
+        self.new = False  # this process chose the next free version: the folder is this run's own
         self.tracker_runs: dict[str, Any] = {}  # trackers.json of the run this one continues
         self.recipe: Namespace | None = None  # the subcommand's settings as asked: config.yaml
         self._lock: IO[str] | None = None
@@ -141,6 +142,7 @@ class RunFolder:
             # The next N free in every TensorBoard/CSV logger's folder: they share it.
             folders = [runs_of(spec.init_args) for spec in self.folder_specs()]
             self.version = max(next_version(runs) for runs in [self.runs, *folders])
+            self.new = True
         return self.version
 
     @property
@@ -153,7 +155,7 @@ class RunFolder:
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 
-    def logger_settings(self, trainer: Any) -> None:
+    def configure_loggers(self, trainer: Any) -> None:
         """Write this run's folder and tracker runs into the loggers' constructor arguments.
 
         `trainer` is the settings the Trainer is built from (not the recipe config.yaml saves):
@@ -217,9 +219,13 @@ class RunFolder:
             self._lock = None
 
     def discard(self) -> None:
-        """Remove a new run's folder (a refused or failed run); a resumed run's stays."""
+        """Remove this run's folder, for a run refused after its loggers started (rank 0).
+
+        Only a folder this process chose as new goes: a resumed run's, or one a config names by
+        its version, stays. (Other DDP ranks may have counted one further: they never remove.)
+        """
         self.release()
-        if not self.resumed and self.version is not None and self.path.is_dir():
+        if self.new and rank_zero_only.rank == 0 and self.path.is_dir():
             shutil.rmtree(self.path)
 
     def record_trackers(self, tracking: list[trackers.Tracker]) -> None:
