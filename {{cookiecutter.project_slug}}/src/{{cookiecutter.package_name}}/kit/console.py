@@ -63,4 +63,4 @@ class ConciseParser(LightningArgumentParser):
         program = parser.prog.replace(" [options]", "")
         sys.stderr.write(f"error: {message.strip()}\n")
         sys.stderr.write(f"usage: {program} [options]; every option: {program} --help\n")
-        self.exit(2)
+        sys.exit(2)
