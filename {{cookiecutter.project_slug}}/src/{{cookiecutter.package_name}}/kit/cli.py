@@ -37,7 +37,7 @@ from .compiling import CompileModel
 from .errors import KitError, UsageError
 from .export import check_format
 from .optimizers import configure_optimizers, describe
-from .run_folder import RunConfig, RunFolder
+from .run_folder import RunConfig, RunFolder, class_path
 from .trainer import KitTrainer
 from .tuning import BatchSizeTuner
 
@@ -233,11 +233,6 @@ class KitCLI(LightningCLI):
 def one_line(error: BaseException) -> str:
     """An exception's message folded onto one line."""
     return " ".join(str(error).split())
-
-
-def class_path(cls: type) -> str:
-    """The dotted path a config file names a class by."""
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def run(
