@@ -38,7 +38,7 @@ from .console import ConciseParser, quiet_known_noise
 from .errors import KitError, UsageError
 from .export import check_format
 from .optimizers import configure_optimizers, describe
-from .run_folder import RunConfig, RunFolder
+from .run_folder import RunConfig, RunFolder, class_path
 from .trainer import KitTrainer
 from .tuning import BatchSizeTuner
 
@@ -236,11 +236,6 @@ class KitCLI(LightningCLI):
 def one_line(error: BaseException) -> str:
     """An exception's message folded onto one line."""
     return " ".join(str(error).split())
-
-
-def class_path(cls: type) -> str:
-    """The dotted path a config file names a class by."""
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def run(
