@@ -34,6 +34,7 @@ from .callbacks import (
     StopRequested,
 )
 from .compiling import CompileModel
+from .console import ConciseParser, quiet_known_noise
 from .errors import KitError, UsageError
 from .export import check_format
 from .optimizers import configure_optimizers, describe
@@ -87,6 +88,8 @@ class KitCLI(LightningCLI):
                 **{name: defaults for name in SUBCOMMANDS},
             },
         )
+        quiet_known_noise()  # library messages no setting can change (kit/console.py)
+        kwargs.setdefault("parser_class", ConciseParser)  # mistakes in a few lines, not 80
         # The run's version_N folder, checkpoints, lock and tracker runs (kit/run_folder.py);
         # its config.yaml is saved by RunConfig, Lightning's SaveConfigCallback made to write there.
         # (`run()` passes one in, to let go of its lock however the run ends.)
