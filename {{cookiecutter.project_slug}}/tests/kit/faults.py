@@ -48,7 +48,10 @@ class SignalAt(Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.phase != "checkpoint_write":
             return
+        # The writer of the bytes (inside the kit's AtomicCheckpointIO, when there is one): a kill
+        # mid-write tears the file being written, as a real one would.
         checkpoint_io = trainer.strategy.checkpoint_io
+        checkpoint_io = getattr(checkpoint_io, "writer", checkpoint_io)
         write = checkpoint_io.save_checkpoint
 
         def write_half_then_signal(checkpoint: dict, path: str, *args: object, **kwargs: object) -> None:

@@ -10,10 +10,11 @@ import os
 from pathlib import Path
 
 import pytest
+from lightning.fabric.plugins import TorchCheckpointIO
 import torch
 import yaml
 
-from {{ cookiecutter.package_name }}.kit.callbacks import save_atomically
+from {{ cookiecutter.package_name }}.kit.checkpoint_io import AtomicCheckpointIO
 
 from kit_fixtures import FixtureCLI, run
 from kit_testing import QUICK
@@ -106,13 +107,11 @@ def test_evaluation_needs_a_number_for_the_batch_size(run_kit, capsys, trained):
     assert "resolved by `fit` only" in message and "config.yaml" in message
 
 
-class DiskFullTrainer:
+class DiskFullWriter(TorchCheckpointIO):
     """Writes half a checkpoint, then fails as a full disk does."""
 
-    is_global_zero = True
-
-    def save_checkpoint(self, path: Path, weights_only: bool = False) -> None:
-        path.write_bytes(b"half a checkpoint")
+    def save_checkpoint(self, checkpoint: dict, path: Path, storage_options: object = None) -> None:
+        Path(path).write_bytes(b"half a checkpoint")
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
 
@@ -120,9 +119,18 @@ def test_a_full_disk_leaves_the_previous_checkpoint_whole_and_no_partial_file(tm
     best = tmp_path / "best-epoch001.ckpt"
     best.write_bytes(b"the good one")
     with pytest.raises(OSError, match="No space left"):
-        save_atomically(DiskFullTrainer(), best)
+        AtomicCheckpointIO(DiskFullWriter()).save_checkpoint({"state": 1}, best)
     assert best.read_bytes() == b"the good one"
     assert [p.name for p in tmp_path.iterdir()] == [best.name]
+
+
+def test_a_checkpoint_is_renamed_into_place_whole_and_loads_back(tmp_path):
+    last = tmp_path / "last.ckpt"
+    last.write_bytes(b"the previous one")
+    writer = AtomicCheckpointIO()
+    writer.save_checkpoint({"global_step": 7}, last)
+    assert writer.load_checkpoint(last) == {"global_step": 7}
+    assert [p.name for p in tmp_path.iterdir()] == [last.name]
 
 
 @pytest.mark.parametrize("code", [errno.EROFS, errno.ENOSPC])

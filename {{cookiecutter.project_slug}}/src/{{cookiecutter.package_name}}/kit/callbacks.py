@@ -8,7 +8,6 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
-from weakref import proxy
 
 import lightning as L
 import numpy as np
@@ -55,23 +54,6 @@ def is_collective_stop(error: BaseException) -> bool:
     return isinstance(error, SIGTERMException | NonFiniteLossError)
 
 
-def save_atomically(trainer: L.Trainer, path: Path, weights_only: bool = False) -> None:
-    """Write a checkpoint to a hidden temporary file, then rename it into place.
-
-    A kill or a full disk mid-write leaves the previous file intact and no partial `*.ckpt`
-    that `--ckpt_path=best|last` could pick. Every rank takes part (DDP); rank 0 writes.
-    """
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        trainer.save_checkpoint(partial, weights_only)
-    except BaseException:
-        if trainer.is_global_zero:
-            partial.unlink(missing_ok=True)
-        raise
-    if trainer.is_global_zero:
-        os.replace(partial, path)
-
-
 class BestCheckpoint(ModelCheckpoint):
     """Keeps the checkpoint with the best value of `monitor` (validation accuracy), `best-*.ckpt`.
 
@@ -89,15 +71,6 @@ class BestCheckpoint(ModelCheckpoint):
             filename="best-epoch{epoch:03d}-step{step:06d}",
             auto_insert_metric_name=False,
         )
-
-    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
-        # ModelCheckpoint's own write, made atomic; the bookkeeping is as Lightning 2.6 does it.
-        save_atomically(trainer, Path(filepath), self.save_weights_only)
-        self._last_global_step_saved = trainer.global_step
-        self._last_checkpoint_saved = filepath
-        if trainer.is_global_zero:
-            for logger in trainer.loggers:
-                logger.after_save_checkpoint(proxy(self))
 
 
 class LearningRateMonitor(callbacks.LearningRateMonitor):
@@ -174,7 +147,7 @@ class LastCheckpoint(ModelCheckpoint):
         if self.dirpath is None:  # failed before ModelCheckpoint.setup: no training state yet
             return
         path = Path(self.dirpath) / self.FILE_NAME
-        save_atomically(trainer, path)
+        trainer.save_checkpoint(path)  # whole or not at all: kit.checkpoint_io
         self._saved_at_step = trainer.global_step
         self.last_model_path = str(path)
 

@@ -33,6 +33,7 @@ from .callbacks import (
     StopOnNonFiniteLoss,
     StopRequested,
 )
+from .checkpoint_io import AtomicCheckpointIO
 from .compiling import CompileModel
 from .console import ConciseParser, quiet_known_noise
 from .errors import KitError, UsageError
@@ -209,6 +210,8 @@ class KitCLI(LightningCLI):
         callbacks = [*(config.trainer.get("callbacks") or []), *self.subcommand_callbacks(config)]
         self.run_folder.use_for(callbacks)  # checkpoints go into the run folder, whatever the loggers
         trainer = super().instantiate_trainer(callbacks=callbacks, **kwargs)
+        # Every checkpoint written whole or not at all, by whichever writer the strategy has.
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO(trainer.strategy.checkpoint_io)
         hardware.use_tensor_cores(trainer.accelerator)
         return trainer
 

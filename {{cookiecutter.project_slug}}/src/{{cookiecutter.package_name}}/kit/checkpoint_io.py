@@ -1,0 +1,40 @@
+"""Checkpoint files written whole or not at all, through Lightning's `CheckpointIO` plugin point."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric.plugins import CheckpointIO, TorchCheckpointIO
+
+
+class AtomicCheckpointIO(CheckpointIO):
+    """Writes each checkpoint to a hidden `.NAME.partial` beside it, then renames it into place.
+
+    A kill or a full disk mid-write leaves the previous file whole and no partial `*.ckpt` that
+    `--ckpt_path=best|last` could pick. The bytes are written by `writer` (the strategy's own,
+    `torch.save` by default), so any writer becomes atomic the same way. The kit's CLI wraps
+    every Trainer's writer in it; with a Trainer of your own, pass `plugins=[AtomicCheckpointIO()]`.
+    """
+
+    def __init__(self, writer: CheckpointIO | None = None) -> None:
+        self.writer = writer or TorchCheckpointIO()
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        target = Path(path)
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            self.writer.save_checkpoint(checkpoint, partial, storage_options)
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> Any:
+        # The writer's own default map_location unless one is asked for (torch's keeps tensors on the CPU).
+        where = {} if map_location is None else {"map_location": map_location}
+        return self.writer.load_checkpoint(path, weights_only=weights_only, **where)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.writer.remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        self.writer.teardown()
