@@ -123,7 +123,7 @@ def ddp_cpu(session: nox.Session) -> None:
 @nox.session
 def slurm(session: nox.Session) -> None:
     """scripts/slurm.sbatch on a one-node SLURM cluster this session starts (as root; else skips)."""
-    install(session, cpu_build(), ".[test]")
+    install(session, cpu_build(), ".[sweep,test]")
     # Where slurm-wlm and munge are missing, the tests install them (root and apt-get only).
     session.env["SLURM_TESTS_INSTALL"] = "1"
     session.run("pytest", "tests/test_slurm.py", *session.posargs)

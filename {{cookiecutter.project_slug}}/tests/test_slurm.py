@@ -8,6 +8,8 @@ cluster can be set up (not root, no apt-get, a daemon that does not start).
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from conftest import MAIN, PROJECT_ROOT, main_py_environment
 pytestmark = pytest.mark.slow
 
 SCRIPT = PROJECT_ROOT / "scripts" / "slurm.sbatch"
+SWEEP_SCRIPT = PROJECT_ROOT / "scripts" / "sweep.sbatch"
 EPOCHS = 5
 STEPS_PER_EPOCH = 10  # 1,258 training images, 629 per task, 64 a batch
 # Overrides of the script's #SBATCH lines for this one 2-CPU node; the rest (--signal, --requeue) stay.
@@ -261,3 +264,53 @@ def test_scancel_leaves_no_process_and_nothing_half_written(cluster, tmp_path):
     assert len(stopped) == 2 and stopped[0] == stopped[1] == load(last)["global_step"]
     for checkpoint in folder.rglob("*.ckpt"):
         assert load(checkpoint)["global_step"] > 0
+
+
+def test_a_sweep_runs_as_a_job_array_whose_workers_share_one_study(cluster, tmp_path):
+    optuna = pytest.importorskip("optuna", reason='needs the sweep extra: pip install -e ".[sweep]"')
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    folder = job_folder(tmp_path)
+    env = {**main_py_environment(), "SLURM_CONF": cluster.env["SLURM_CONF"]}
+    sweep = (
+        "--n_trials=3",
+        "--study=array",
+        "--trainer.accelerator=cpu",
+        "--trainer.max_epochs=1",
+        "--lr_scheduler.init_args.T_max=1",
+        "--trainer.enable_progress_bar=false",
+    )
+    submitted = cluster.run(
+        "sbatch",
+        "--parsable",
+        f"--chdir={folder}",
+        "--array=0-1",  # two workers
+        "--gpus-per-task=0",
+        "--cpus-per-task=1",
+        str(SWEEP_SCRIPT),
+        *sweep,
+        env=env,
+    )
+    job = submitted.stdout.strip().split(";")[0]
+    for task in ("0", "1"):
+        info = wait_for(cluster, f"{job}_{task}", ENDED, timeout=600)
+        assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), output(folder, f"{job}_{task}")
+
+    study_dir = folder / "logs" / "sweeps" / "array"
+    storage = JournalStorage(JournalFileBackend(str(study_dir / "journal.log")))
+    trials = optuna.load_study(study_name="array", storage=storage).get_trials()
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    assert len(trials) == 3 and all(trial.state in done for trial in trials), trials
+    assert len({trial.user_attrs["worker"] for trial in trials}) == 2  # both workers ran trials
+    assert len({tuple(sorted(trial.params.items())) for trial in trials}) == 3  # each its own settings
+
+    trained = subprocess.run(
+        [sys.executable, "main.py", "fit", "-c", str(study_dir / "best.yaml"), "--trainer.max_steps=2"],
+        cwd=folder,
+        env=main_py_environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]

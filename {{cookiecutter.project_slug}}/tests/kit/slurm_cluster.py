@@ -1,10 +1,14 @@
 """A throwaway one-node SLURM cluster on this machine, for the tests that need a real scheduler.
 
 `running(folder)` installs Debian's `slurm-wlm` and `munge` where they are missing (as root,
-with apt-get, and only when SLURM_TESTS_INSTALL=1, as `nox -s slurm` sets it), writes a configuration under `folder`, starts `munged`, `slurmctld` and
-`slurmd` for this machine only, and stops them (by the PIDs it started) however the block
-ends. Where that cannot be done it raises `ClusterSetupError`, whose message says why: the
-tests skip with it. Commands run with `cluster.env` reach this cluster and no other.
+with apt-get, and only when SLURM_TESTS_INSTALL=1, as `nox -s slurm` sets it), writes a
+configuration under `folder`, starts `munged`, `slurmctld` and `slurmd` for this machine only,
+and stops them (by the PIDs it started) however the block ends. Where that cannot be done it
+raises `ClusterSetupError`, whose message says why: the tests skip with it. Commands run with
+`cluster.env` reach this cluster and no other.
+
+A requeued job waits `cred_expire` seconds (SLURM's default: 120) before it may start again;
+this cluster sets 5, and schedules every 2 s, so a requeue restarts within seconds.
 """
 
 import contextlib
