@@ -123,6 +123,8 @@ def ddp_cpu(session: nox.Session) -> None:
 @nox.session
 def slurm(session: nox.Session) -> None:
     """scripts/slurm.sbatch on a one-node SLURM cluster this session starts (as root; else skips)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:  # checked first: nothing installed for a skip
+        session.skip("needs root: the tests start SLURM's daemons (and install slurm-wlm, munge) as root")
     install(session, cpu_build(), ".[sweep,test]")
     # Where slurm-wlm and munge are missing, the tests install them (root and apt-get only).
     session.env["SLURM_TESTS_INSTALL"] = "1"
