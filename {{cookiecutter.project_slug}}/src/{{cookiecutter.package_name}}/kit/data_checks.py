@@ -10,8 +10,10 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from .errors import KitError
 
-class DataError(ValueError):
+
+class DataError(KitError, ValueError):
     """The data cannot train a classifier as it is; the message names the source and the fix."""
 
 
