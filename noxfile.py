@@ -15,7 +15,7 @@ import nox
 ROOT = Path(__file__).parent
 TEMPLATE_TOOLS = ["cookiecutter>=2.6", "pyyaml", "cruft>=2.15"]
 
-nox.options.sessions = ["lint", "typecheck", "tests", "cpu", "ddp_cpu", "gpu", "ddp"]
+nox.options.sessions = ["lint", "typecheck", "tests", "cpu", "ddp_cpu", "slurm", "gpu", "ddp"]
 nox.options.default_venv_backend = "uv|virtualenv"  # uv where installed: installs in seconds
 
 
@@ -102,6 +102,12 @@ def cpu(session: nox.Session) -> None:
 def ddp_cpu(session: nox.Session) -> None:
     """Render a project; DDP on the CPU with 2 processes (gloo), plus a 2-node torchrun."""
     run_project_session(session, "ddp_cpu")
+
+
+@nox.session
+def slurm(session: nox.Session) -> None:
+    """Render a project; its sbatch script on a one-node SLURM cluster on this machine (root; else skips)."""
+    run_project_session(session, "slurm")
 
 
 @nox.session

@@ -26,7 +26,7 @@ import nox
 ROOT = Path(__file__).parent
 PACKAGE = "{{ cookiecutter.package_name }}"
 
-nox.options.sessions = ["lint", "typecheck", "cpu", "ddp_cpu", "gpu", "ddp"]
+nox.options.sessions = ["lint", "typecheck", "cpu", "ddp_cpu", "slurm", "gpu", "ddp"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "uv|virtualenv"  # uv where installed: installs in seconds
 
@@ -113,7 +113,8 @@ def cpu(session: nox.Session) -> None:
     # DDP tests run in ddp_cpu; everything else runs here, every extra's tests included: one
     # that cannot import its extra fails rather than skips.
     session.env["KIT_TESTS_NEED_EXTRAS"] = "1"
-    session.run("pytest", "-m", "not gpu", "--ignore=tests/test_distributed.py", *session.posargs)
+    ignored = ("--ignore=tests/test_distributed.py", "--ignore=tests/test_slurm.py")
+    session.run("pytest", "-m", "not gpu", *ignored, *session.posargs)
 
 
 @nox.session
@@ -121,6 +122,17 @@ def ddp_cpu(session: nox.Session) -> None:
     """DDP on the CPU: 2 processes over gloo, the same code path as multi-GPU DDP."""
     install(session, cpu_build(), ".[test]")
     session.run("pytest", "tests/test_distributed.py", "-m", "not gpu", *session.posargs)
+
+
+@nox.session
+def slurm(session: nox.Session) -> None:
+    """scripts/slurm.sbatch on a one-node SLURM cluster this session starts (as root; else skips)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:  # checked first: nothing installed for a skip
+        session.skip("needs root: the tests start SLURM's daemons (and install slurm-wlm, munge) as root")
+    install(session, cpu_build(), ".[sweep,test]")
+    # Where slurm-wlm and munge are missing, the tests install them (root and apt-get only).
+    session.env["SLURM_TESTS_INSTALL"] = "1"
+    session.run("pytest", "tests/test_slurm.py", *session.posargs)
 
 
 @nox.session

@@ -291,7 +291,7 @@ def test_under_torchrun_a_contradicting_flag_stops_main_with_one_line(run_main, 
     assert error.startswith("error: torchrun started 2 processes") and "--trainer.devices=1" in error
 
 
-@pytest.mark.parametrize("script", ["torchrun.sh", "slurm.sbatch"])
+@pytest.mark.parametrize("script", ["torchrun.sh", "slurm.sbatch", "sweep.sbatch"])
 def test_launch_scripts_are_valid_bash(script):
     subprocess.run(["bash", "-n", str(PROJECT_ROOT / "scripts" / script)], check=True)
 

@@ -376,7 +376,7 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
             storage=storage_for(args.storage, study_dir),
             direction=space.direction,
             pruner=make_pruner(space.pruner),
-            sampler=optuna.samplers.TPESampler(seed=space.seed),
+            sampler=optuna.samplers.TPESampler(seed=worker_seed(space.seed)),
         )
     except SweepError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -437,6 +437,13 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
     if best_yaml is not None:
         print(f"Best trial's config: {best_yaml} (python main.py fit -c {best_yaml})")
     return 0
+
+
+def worker_seed(seed: int | None) -> int | None:
+    """The sampler's seed for this worker. The tasks of a SLURM job array (`scripts/sweep.sbatch`)
+    each add their task id: with one seed they would all suggest the same settings."""
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
+    return seed + int(task) if seed is not None and task is not None else seed
 
 
 def counted_states() -> tuple[Any, ...]:
