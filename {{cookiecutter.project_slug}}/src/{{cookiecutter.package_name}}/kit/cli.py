@@ -46,6 +46,7 @@ from .callbacks import (
 )
 from .checkpoints import CheckpointNotFoundError, find_checkpoint, next_version, run_version
 from .compiling import CompileModel
+from .datamodule import KitDataModule, tunes_batch_size
 from .export import ExportError, check_format
 from .trainer import KitTrainer
 from .tuning import BatchSizeTuner
@@ -162,6 +163,7 @@ class KitCLI(LightningCLI):
         # Lightning's default bar (Rich, when installed) redraws 100 times a second from a second
         # thread: in a terminal that slows a small model's steps by a third.
         parser.set_defaults({"progress_bar.refresh_rate": 10})
+        link_model_to_data(parser, self.model_class, self.datamodule_class)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Resolve `--ckpt_path=best|last` and check the file before Lightning reads it.
@@ -203,11 +205,6 @@ class KitCLI(LightningCLI):
                 self._continue_run(config, Path(config.ckpt_path))
             else:  # e.g. `test --ckpt_path=best`: its metrics join the trained run's tracker run
                 self._continue_tracker_runs(config, Path(config.ckpt_path))
-        if self.subcommand != "fit" and config.get("data", Namespace()).get("batch_size") == "auto":
-            raise UsageError(
-                f"--data.batch_size=auto is resolved by `fit` only; `{self.subcommand}` needs a number, "
-                "e.g. the one fit chose: it is in the run's config.yaml."
-            )
         share_one_version(config.trainer)
         if self.subcommand == "fit":
             self._pin_checkpoint_folder(config)
@@ -234,6 +231,8 @@ class KitCLI(LightningCLI):
         # user, not tracebacks.
         try:
             super().instantiate_classes()
+            if self.subcommand != "fit" and isinstance(self.datamodule, KitDataModule):
+                self.datamodule.fixed_batch_size()  # refuses batch_size=auto, which fit alone resolves
         except ValueError as error:
             raise UsageError(one_line(error)) from error
 
@@ -257,7 +256,7 @@ class KitCLI(LightningCLI):
                     if self.checkpoint_dir is not None:  # else: the first logger's run folder
                         checkpoint.dirpath = str(self.checkpoint_dir.resolve())
                 callbacks += checkpoints
-            if self.datamodule.batch_size == "auto" or config.tuner.scale_lr != "none":
+            if tunes_batch_size(self.datamodule) or config.tuner.scale_lr != "none":
                 callbacks.append(BatchSizeTuner(**config.tuner))
         if config.compile.enabled:
             callbacks.append(CompileModel(**config.compile))
@@ -455,6 +454,17 @@ def share_one_version(trainer: Any) -> None:
         version = max(next_version(runs_folder(logger)) for logger in loggers)
         for logger in loggers:
             logger.version = version
+
+
+def link_model_to_data(parser: LightningArgumentParser, model_class: type, datamodule_class: type) -> None:
+    """Pass each of the DataModule's `model_links` (`KitDataModule`) to the model's argument of the
+    same name, and to its injected `network`'s, once the DataModule is built."""
+    parameters = inspect.signature(model_class).parameters
+    for name in datamodule_class.model_links if issubclass(datamodule_class, KitDataModule) else ():
+        targets = [f"model.{name}"] if name in parameters else []
+        targets += [f"model.network.init_args.{name}"] if "network" in parameters else []
+        for target in targets:
+            parser.link_arguments(f"data.{name}", target, apply_on="instantiate")
 
 
 def describe(spec: Any) -> str:
