@@ -73,14 +73,11 @@ def stratified_split(labels: torch.Tensor, val_fraction: float, test_fraction: f
 class DigitsDataModule(KitDataModule):
     """Handwritten digits (1x8x8 images, 10 classes), held in memory.
 
-    The data is read when the DataModule is built, because the model is built from its shape;
-    the split depends only on `seed`, so every run and every DDP rank sees the same sets.
+    The split depends only on `seed`, so every run and every DDP rank sees the same sets.
     """
 
     model_links = ("image_shape", "num_classes")
-    preprocessing = (
-        "pixels as float32 in [0, 1]: uint8 images divided by 255 (the bundled digits, 0-16, by 16)"
-    )
+    preprocessing = "pixels as float32 in [0, 1]: uint8 divided by 255 (the bundled digits, 0-16, by 16)"
 
     def __init__(
         self,
@@ -102,7 +99,7 @@ class DigitsDataModule(KitDataModule):
                 raise ValueError(f"--data.{flag} must lie between 0 and 1, e.g. 0.1; got {fraction}.")
         if val_fraction + test_fraction >= 1:
             raise ValueError(
-                "--data.val_fraction + --data.test_fraction must leave data to train on (sum < 1)."
+                "--data.val_fraction + --data.test_fraction must stay below 1: data to train on."
             )
         self.save_hyperparameters()
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
@@ -110,19 +107,13 @@ class DigitsDataModule(KitDataModule):
         images, labels = load_digits() if data_path is None else load_npz(data_path)
         self.images = self.checked_images(images, self.source)
         self.labels = self.checked_class_labels(labels, self.source)  # type: ignore[arg-type]
+        # What the model is built from (`model_links`), so it is read here rather than in `setup`.
+        self.image_shape, self.num_classes = tuple(self.images.shape[1:]), int(self.labels.max()) + 1
         if predict_path is not None:  # checked now, before any training
             images, labels = load_npz(predict_path, self.image_shape)
             inputs = [self.checked_images(images, f"predict file {predict_path}")]
             # Labels are only copied into predictions.csv (`target`): any classes may be missing.
             self.predict_set = TensorDataset(*inputs, *([] if labels is None else [torch.as_tensor(labels)]))
-
-    @property
-    def image_shape(self) -> tuple[int, ...]:
-        return tuple(self.images.shape[1:])
-
-    @property
-    def num_classes(self) -> int:
-        return int(self.labels.max()) + 1
 
     def setup(self, stage: str) -> None:
         """Build the splits. Lightning calls this on every process (rank)."""

@@ -56,8 +56,7 @@ class Classifier(L.LightningModule):
         return loss
 
     def on_train_epoch_end(self) -> None:
-        # A metric object: Lightning computes it over the epoch and all DDP ranks, then resets it.
-        self.log("train/acc", self.train_acc)
+        self.log("train/acc", self.train_acc)  # a metric object: computed over the epoch and ranks
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, self.val_acc, self.val_loss)
