@@ -1,7 +1,10 @@
 """`KitDataModule`: what any subclass gets from the kit's loaders, specified on the kit's fixtures."""
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -11,6 +14,7 @@ from {{ cookiecutter.package_name }}.kit.data_checks import DataError
 from {{ cookiecutter.package_name }}.kit.datamodule import KitDataModule, TensorBatchDataset, collate
 
 from kit_fixtures import CLASSES, FEATURES, SAMPLES, Blobs
+from kit_testing import run_fixtures
 
 
 def blobs(**settings) -> Blobs:
@@ -156,3 +160,27 @@ def test_the_data_checks_are_there_for_any_subclass():
         datamodule.checked_targets(np.array([0.5, np.inf]), "mine")
     with pytest.raises(DataError, match=r"mine: too few samples to split \(train 3, val 0\)"):
         datamodule.check_split_sizes({"train": 3, "val": 0}, "mine")
+
+
+class SeenSamples(L.Callback):
+    """Writes `rank<N>.json`: how many validation samples this DDP rank evaluated."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, *indices) -> None:
+        self.seen += len(batch[1])
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        Path(f"rank{trainer.global_rank}.json").write_text(json.dumps(self.seen))
+
+
+@pytest.mark.slow
+def test_validate_under_ddp_evaluates_each_sample_once_through_the_kits_cli(tmp_path):
+    """61 validation samples on 2 ranks: 31 + 30, where a padding sampler would evaluate 62."""
+    ddp = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
+    report = "--trainer.callbacks+=test_datamodule.SeenSamples"
+    result = run_fixtures(tmp_path, "validate", *ddp, "--data.samples=244", report, "--trainer.logger=false")
+    assert result.returncode == 0, result.stderr[-4000:]
+    seen = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert sorted(seen) == [30, 31]
