@@ -1,16 +1,12 @@
 """The command line, called the way users call it: `python main.py SUBCOMMAND ...`."""
 
 import csv
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from lightning.pytorch.cli import SaveConfigCallback
 
 from conftest import tensorboard_scalars
-from {{ cookiecutter.package_name }}.cli import ProjectCLI
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 
@@ -25,11 +21,6 @@ SHORT_FIT = (
 
 def runs(tmp_path: Path) -> list[Path]:
     return sorted((tmp_path / "logs").glob("*/version_*"))
-
-
-def test_fast_dev_run_trains_one_batch(run_main, tmp_path):
-    run_main("fit", "--trainer.fast_dev_run=true")
-    assert not list(tmp_path.rglob("*.ckpt")), "fast_dev_run must not write checkpoints"
 
 
 def test_print_config_shows_the_defaults(run_main, capsys):
@@ -66,71 +57,6 @@ def test_missing_data_file_or_config_file_is_one_clear_line(run_main, capsys):
         run_main("fit", "-c", "no_such_config.yaml")
     assert exit_info.value.code == 2
     assert "no_such_config.yaml" in capsys.readouterr().err
-
-
-class BuildOnlyCLI(ProjectCLI):
-    """Builds everything a subcommand would use, then returns instead of running it."""
-
-    def fit(self, **kwargs: Any) -> None:
-        pass
-
-    validate = test = predict = fit
-
-
-KIT_ALWAYS = {"ExactResume", "GracefulInterrupt", "StopOnNonFiniteLoss", "PredictionWriter"}
-CHECKPOINTS = {"BestCheckpoint", "LastCheckpoint"}
-
-
-@pytest.mark.parametrize(
-    ("args", "present", "absent"),
-    [
-        (["fit"], KIT_ALWAYS | CHECKPOINTS | {"TQDMProgressBar"}, {"BatchSizeTuner"}),
-        (["fit", "--data.batch_size=auto"], {"BatchSizeTuner"}, set()),
-        (["fit", "--data.batch_size=32", "--tuner.scale_lr=linear"], {"BatchSizeTuner"}, set()),
-        (["fit", "--trainer.enable_checkpointing=false"], KIT_ALWAYS, CHECKPOINTS),
-        (["fit", "--trainer.enable_progress_bar=false"], KIT_ALWAYS, {"TQDMProgressBar"}),
-        (["fit", "--trainer.callbacks=[]"], CHECKPOINTS, KIT_ALWAYS),  # replaced, as Lightning documents
-        (["predict"], KIT_ALWAYS, CHECKPOINTS | {"BatchSizeTuner"}),
-        (["test"], KIT_ALWAYS, CHECKPOINTS | {"BatchSizeTuner"}),
-    ],
-)
-def test_each_run_gets_the_callbacks_its_config_and_flags_ask_for(
-    tmp_path, monkeypatch, args, present, absent
-):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["main.py"])
-    cli = BuildOnlyCLI(default_config_files=[DEFAULT_CONFIG], args=args)
-    names = {type(callback).__name__ for callback in cli.trainer.callbacks}
-    assert present <= names, f"missing {present - names}"
-    assert not absent & names, f"unexpected {absent & names}"
-
-
-# Where --print_config shows a callback that is configured as a group rather than listed.
-SHOWN_AS = {
-    "BestCheckpoint": "checkpoint:",
-    "LastCheckpoint": "last_checkpoint:",
-    "BatchSizeTuner": "tuner:",
-    "TQDMProgressBar": "progress_bar:",
-    "ModelSummary": "enable_model_summary:",  # Lightning's own, behind its Trainer flag
-    "RichModelSummary": "enable_model_summary:",  # the same, when rich is installed
-    "ModelCheckpoint": "enable_checkpointing:",  # Lightning's default outside fit, idle there
-}
-
-
-@pytest.mark.parametrize("args", [["fit", "--data.batch_size=auto"], ["predict"]])
-def test_every_callback_of_a_run_shows_in_print_config(tmp_path, monkeypatch, capsys, args):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["main.py"])
-    cli = BuildOnlyCLI(default_config_files=[DEFAULT_CONFIG], args=args)
-    with pytest.raises(SystemExit):
-        BuildOnlyCLI(default_config_files=[DEFAULT_CONFIG], args=[*args, "--print_config"])
-    printed = capsys.readouterr().out
-    for callback in cli.trainer.callbacks:
-        name = type(callback).__name__
-        if isinstance(callback, SaveConfigCallback):  # LightningCLI's: writes this config to the run
-            continue
-        shown = SHOWN_AS.get(name, f"{type(callback).__module__}.{name}")
-        assert shown in printed, f"{name} runs but --print_config does not show it"
 
 
 @pytest.mark.slow

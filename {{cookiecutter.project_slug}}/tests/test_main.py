@@ -58,6 +58,18 @@ def test_presets_say_how_to_use_them_and_stack_on_the_defaults(name, run_main, c
     assert trainer["default_root_dir"] == "logs", "configs/default.yaml still applies"
 
 
+@pytest.mark.parametrize("name", ["csv", "mlflow", "wandb"])
+def test_logger_presets_say_how_to_use_them_and_keep_tensorboard_first(name, run_main, capsys):
+    """The trackers themselves are specified on the kit's fixtures (tests/kit/test_trackers.py)."""
+    preset = PROJECT_ROOT / "configs" / "loggers" / f"{name}.yaml"
+    assert f"-c configs/loggers/{name}.yaml" in preset.read_text()
+    with pytest.raises(SystemExit):
+        run_main("fit", "-c", str(preset), "--print_config")
+    loggers = yaml.safe_load(capsys.readouterr().out)["trainer"]["logger"]
+    names = [logger["class_path"].rsplit(".", 1)[-1] for logger in loggers]
+    assert len(names) == 2 and names[0] == "TensorBoardLogger", "checkpoints' run folder stays put"
+
+
 @pytest.mark.slow
 def test_bf16_mixed_precision_trains_on_the_cpu(run_main, tmp_path):
     run_main("fit", "-c", str(PROJECT_ROOT / "configs/presets/bf16.yaml"), "--trainer.max_epochs=2")

@@ -5,7 +5,7 @@ import os
 import random
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 from weakref import proxy
@@ -303,29 +303,38 @@ class ExactResume(Callback):
         random.setstate(state["python"])
 
 
+EXIT_STOPPED = 128 + signal.SIGTERM  # what a stopped run exits with, as a shell reports SIGTERM
+
+
 class StopRequested(SIGTERMException):
-    """A signal reached some rank; every rank stops at the end of the same step.
+    """A signal reached some rank; every rank stops at the end of the same step (exit code 143).
 
     `requeue`: it was SLURM's warning before the time limit, and the job should be requeued.
     """
 
     def __init__(self, requeue: bool = False) -> None:
-        super().__init__()
+        super().__init__(EXIT_STOPPED)  # also when nothing catches it: the process exits 143
         self.requeue = requeue
 
 
 class GracefulInterrupt(Callback):
-    """Makes Ctrl-C and SIGTERM stop training cleanly: finish the step, save `last.ckpt`, exit.
+    """Makes Ctrl-C and SIGTERM stop training cleanly: finish the step, save `last.ckpt`, exit 143.
 
     A bare KeyboardInterrupt can land anywhere, even halfway through an optimizer step, and
-    leave a torn state behind. The first Ctrl-C is turned into SIGTERM; a second Ctrl-C aborts
-    at once.
+    leave a torn state behind. So both signals only note the request; training stops at a step's
+    end. A second Ctrl-C aborts at once.
 
-    On one device, SIGTERM goes to Lightning, which stops after the current batch (the path a
-    preempted job takes). A stop that arrives during validation lets that validation finish
-    first (forward passes only): the epoch's metrics and best checkpoint are kept, and the
-    resumed run starts the next epoch instead of skipping the validation it never finished. A
-    second SIGTERM stops validation too.
+    The handlers are ours from `setup` until the process ends, so no signal ever meets the
+    default action (death by SIGTERM) in between: before training starts the request waits
+    for it; after training ends (the last step, the final saves, teardown) the run stops at
+    once with exit code 143, its state already saved. Nothing is ever re-sent as a signal:
+    a signal sent to oneself can arrive after the handler meant for it is gone.
+
+    On one device, the request goes to Lightning, which stops after the current batch (the
+    path a preempted job takes). A stop that arrives during validation lets that validation
+    finish first (forward passes only): the epoch's metrics and best checkpoint are kept, and
+    the resumed run starts the next epoch instead of skipping the validation it never
+    finished. A second SIGTERM stops validation too.
 
     Under DDP the handler only notes the signal: Lightning's own runs a collective inside the
     handler, on the signalled rank alone, which can leave the ranks waiting in different
@@ -336,29 +345,45 @@ class GracefulInterrupt(Callback):
     """
 
     def __init__(self) -> None:
-        self._previous: dict[int, Any] = {}  # the handlers ours replaced, put back at teardown
-        self._lightning_sigterm: Any = None
+        # idle -> before (setup) -> training -> after (training over) or stopping (an exception)
+        # -> done (teardown)
+        self._phase: Literal["idle", "before", "training", "after", "stopping", "done"] = "idle"
+        self._lightning_sigterm: Any = None  # Lightning's SIGTERM handler, called (not signalled)
+        self._forwarding = False
         self._validating = False
         self._deferred = False
         self._distributed = False
-        self._requested = False  # a signal reached this rank (DDP, or SLURM's warning)
-        self._requeue = False  # that signal was SLURM's warning before the time limit
+        self._requested = False  # a stop signal reached this rank
+        self._stop_at_step_end = False  # ... and this callback (not Lightning) stops the run
+        self._ctrl_c = False  # ... and it was Ctrl-C: a second one aborts at once
+        self._requeue = False  # ... and it was SLURM's warning before the time limit
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Here, not in on_fit_start: Lightning installs its own handlers in between.
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Before Lightning installs its own handlers: it puts back what it found (ours) when its
+        # loop ends, where it would otherwise put back the default action.
+        if stage != "fit" or threading.current_thread() is not threading.main_thread():
+            return  # signals reach the main thread only
+        self._phase = "before"
         self._distributed = trainer.world_size > 1
-        if threading.current_thread() is not threading.main_thread():  # signals reach it only
-            return
-        handlers: dict[int, Callable[[int, Any], None]] = {
-            signal.SIGINT: self._on_ctrl_c,
-            signal.SIGTERM: self._on_sigterm,
-        }
+        self._requested = self._stop_at_step_end = self._ctrl_c = self._requeue = self._deferred = False
+        signums: list[int] = [signal.SIGINT, signal.SIGTERM]
         requeue_signal = slurm_requeue_signal(trainer)
         if requeue_signal is not None:  # Lightning's would save and requeue inside the handler
-            handlers[requeue_signal] = self._on_requeue_signal
-        for signum, handler in handlers.items():
-            self._previous[signum] = signal.signal(signum, handler)
-        self._lightning_sigterm = self._previous[signal.SIGTERM]
+            signums.append(requeue_signal)
+        for signum in signums:
+            signal.signal(signum, self._on_signal)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._distributed = trainer.world_size > 1
+        if self._phase != "before":
+            return
+        # Lightning's handler (which calls ours too) is replaced by ours alone; ours calls it.
+        current = signal.getsignal(signal.SIGTERM)
+        self._lightning_sigterm = current if current != self._on_signal else None
+        signal.signal(signal.SIGTERM, self._on_signal)
+        self._phase = "training"
+        if self._requested:  # a signal arrived before training started
+            self._stop_now(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
@@ -366,7 +391,7 @@ class GracefulInterrupt(Callback):
         if self._distributed:
             stop = trainer.strategy.reduce_boolean_decision(self._requested, all=False)
         else:
-            stop = self._requested
+            stop = self._stop_at_step_end
         if stop:
             raise StopRequested(requeue=self._requeue)
 
@@ -379,44 +404,95 @@ class GracefulInterrupt(Callback):
             self._deferred = False
             self._pass_to_lightning(signal.SIGTERM, None)
 
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # After the last step Lightning no longer stops for a signal: a request that came in
+        # since (or during the final validation) still ends the run as stopped, on every rank.
+        if self._phase != "training":
+            return
+        if self._distributed:
+            stop = trainer.strategy.reduce_boolean_decision(self._requested, all=False)
+        else:
+            stop = self._requested
+        self._phase = "after"
+        if stop:
+            raise StopRequested(requeue=self._requeue)
+
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, error: BaseException) -> None:
         # An error on one DDP rank: the other ranks wait in a collective that will never
         # complete. The main process ends the ones it started (Lightning does the same on
         # Ctrl-C); torchrun and SLURM's srun --kill-on-bad-exit end theirs.
+        if self._phase != "idle":
+            self._phase = "stopping"  # a signal now must not cut short the saves on the way out
         launcher = trainer.strategy.launcher
         if self._distributed and not is_collective_stop(error) and launcher is not None:
             launcher.kill(signal.SIGKILL)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
+        # The handlers stay: a signal from now until the process exits still means "stopped"
+        # (exit code 143), never death by the default action.
+        if self._phase == "idle":
+            return
+        late_stop = self._phase == "after" and self._requested  # a DDP rank signalled after training
+        self._phase = "done"
         self._lightning_sigterm = None
+        if late_stop:  # every collective is over: this rank can stop alone
+            raise StopRequested(requeue=self._requeue)
 
-    def _on_ctrl_c(self, signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        rank_zero_info("\nCtrl-C: finishing this step and saving last.ckpt (press again to abort at once).")
-        os.kill(os.getpid(), signal.SIGTERM)
+    def _stop_now(self, trainer: L.Trainer) -> None:
+        if self._distributed:  # only where every rank is: at a step's end
+            return
+        raise StopRequested(requeue=self._requeue)
 
-    def _on_requeue_signal(self, signum: int, frame: Any) -> None:
-        self._requested = self._requeue = True
-        print(f"SLURM's time-limit warning on PID {os.getpid()}: stopping to requeue.", flush=True)
-
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        if self._distributed:
-            self._requested = True
-            print(f"Received SIGTERM on PID {os.getpid()}: every rank stops after this step.", flush=True)
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._forwarding:  # Lightning's handler calling ours back
+            return
+        if self._phase == "idle":
+            return
+        if signum == signal.SIGINT:
+            if self._ctrl_c:
+                raise KeyboardInterrupt  # the second Ctrl-C: abort at once
+            self._ctrl_c = True
+            rank_zero_info("\nCtrl-C: finishing this step and saving last.ckpt (again: abort at once).")
+        elif signum != signal.SIGTERM:
+            self._requeue = True
+            print(f"SLURM's time-limit warning on PID {os.getpid()}: stopping to requeue.", flush=True)
+        first = not self._requested
+        self._requested = True
+        if self._phase == "done" or (self._phase == "after" and not self._distributed):
+            raise StopRequested(requeue=self._requeue)  # training is over, its state saved or saving
+        if self._phase == "after":
+            return  # a DDP rank: the last collectives first; it stops at teardown
+        if self._phase == "stopping":
+            return  # already on the way out, saving
+        if self._phase == "before":
+            if first:
+                print(f"Stop requested on PID {os.getpid()}: stopping when training starts.", flush=True)
+            self._stop_at_step_end = True
+            if not self._distributed:
+                self._pass_to_lightning(signal.SIGTERM, frame)
+            return
+        if self._distributed or signum not in (signal.SIGINT, signal.SIGTERM) or not self._lightning_sigterm:
+            self._stop_at_step_end = True
+            if first:
+                print(f"Received SIGTERM on PID {os.getpid()}: every rank stops after this step.", flush=True)
             return
         if self._validating and not self._deferred:
             self._deferred = True
             rank_zero_info("\nStop requested: finishing this validation first, then saving last.ckpt.")
             return
         self._deferred = False
-        self._pass_to_lightning(signum, frame)
+        self._pass_to_lightning(signal.SIGTERM, frame)
 
     def _pass_to_lightning(self, signum: int, frame: Any) -> None:
-        if callable(self._lightning_sigterm):
-            self._lightning_sigterm(signum, frame)
+        """Lightning's own SIGTERM handler, called directly: it notes the stop for its loops."""
+        handler = self._lightning_sigterm if self._phase == "training" else signal.getsignal(signal.SIGTERM)
+        if not callable(handler) or handler == self._on_signal:
+            return
+        self._forwarding = True
+        try:
+            handler(signum, frame)
+        finally:
+            self._forwarding = False
 
 
 class NonFiniteLossError(RuntimeError):

@@ -9,7 +9,6 @@ one line with exit code 2 for mistakes a user can fix.
 """
 
 import errno
-import importlib
 import inspect
 import sys
 from collections.abc import Callable, Sequence
@@ -17,23 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, TQDMProgressBar
-from lightning.pytorch.cli import (
-    LightningArgumentParser,
-    LightningCLI,
-    LRSchedulerTypeUnion,
-    SaveConfigCallback,
-)
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
-from torch.optim import Optimizer
-from torch.optim.lr_scheduler import CyclicLR, OneCycleLR, ReduceLROnPlateau
 
-from . import data_checks, hardware, launcher, resume, trackers
+from . import hardware, launcher, resume, trackers
 from .callbacks import (
     BestCheckpoint,
     ExactResume,
@@ -44,10 +34,12 @@ from .callbacks import (
     StopOnNonFiniteLoss,
     StopRequested,
 )
-from .checkpoints import CheckpointNotFoundError, find_checkpoint, next_version, run_version
 from .compiling import CompileModel
 from .datamodule import KitDataModule, tunes_batch_size
-from .export import ExportError, check_format
+from .errors import KitError, UsageError
+from .export import check_format
+from .optimizers import configure_optimizers, describe
+from .run_folder import RunConfig, RunFolder, class_path
 from .trainer import KitTrainer
 from .tuning import BatchSizeTuner
 
@@ -63,12 +55,6 @@ UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
 # predictions.csv.
 KIT_CALLBACKS = (ExactResume, GracefulInterrupt, StopOnNonFiniteLoss, PredictionWriter)
 EPILOG = "Check this machine's torch, GPUs and driver: python main.py doctor"
-# Schedulers whose own docs say to step them after every batch, not every epoch.
-PER_STEP_SCHEDULERS = (OneCycleLR, CyclicLR)
-
-
-class UsageError(Exception):
-    """A request we can tell is wrong before any work starts; printed as one line."""
 
 
 class KitCLI(LightningCLI):
@@ -78,10 +64,6 @@ class KitCLI(LightningCLI):
     # they hold or in which order. A new batch size would skip a different number of samples,
     # and a loader's saved position only fits a loader with as many worker processes.
     resume_may_change = frozenset({"pin_memory", "prefetch_factor"})
-    # Where fit's checkpoints go when the first logger has no run folder (else None: its folder),
-    # and the run folder a resumed fit continues.
-    checkpoint_dir: Path | None = None
-    resume_version: int | None = None
 
     def __init__(
         self,
@@ -107,9 +89,12 @@ class KitCLI(LightningCLI):
                 **{name: defaults for name in SUBCOMMANDS},
             },
         )
-        # A rerun into an existing run folder (e.g. a resume) rewrites its config.yaml.
-        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        # The run's version_N folder, checkpoints, lock and tracker runs (kit/run_folder.py);
+        # its config.yaml is saved by RunConfig, Lightning's SaveConfigCallback made to write there.
+        # (`run()` passes one in, to let go of its lock however the run ends.)
+        self.run_folder: RunFolder = kwargs.pop("run_folder", None) or RunFolder()
         kwargs.setdefault("save_config_callback", RunConfig)
+        kwargs.setdefault("save_config_kwargs", {"run_folder": self.run_folder})
         # Lightning's Trainer plus the `export` and `serve` subcommands (kit/trainer.py).
         kwargs.setdefault("trainer_class", KitTrainer)
         super().__init__(model_class, datamodule_class, **kwargs)
@@ -120,32 +105,8 @@ class KitCLI(LightningCLI):
         shipping = {"export": {"model", "datamodule"}, "serve": {"model", "datamodule"}}
         return {**LightningCLI.subcommands(), **shipping}
 
-    @staticmethod
-    def configure_optimizers(
-        lightning_module: L.LightningModule,
-        optimizer: Optimizer,
-        lr_scheduler: LRSchedulerTypeUnion | None = None,
-    ) -> Any:
-        """Wire `--optimizer` and `--lr_scheduler` the way each scheduler expects to be stepped.
-
-        Lightning's default steps every scheduler once per epoch; OneCycleLR and CyclicLR are
-        stepped per batch, and ReduceLROnPlateau watches the metric named by its own `monitor`.
-        """
-        if lr_scheduler is None:
-            return optimizer
-        scheduler: dict[str, Any] = {"scheduler": lr_scheduler}
-        if isinstance(lr_scheduler, ReduceLROnPlateau):
-            monitor = getattr(lr_scheduler, "monitor", None)
-            if monitor is None:
-                raise UsageError(
-                    "ReduceLROnPlateau needs a metric to watch: use Lightning's version, "
-                    "--lr_scheduler=ReduceLROnPlateau --lr_scheduler.monitor=val/loss (mode min) "
-                    "or --lr_scheduler.monitor=val/acc --lr_scheduler.mode=max."
-                )
-            scheduler["monitor"] = monitor
-        if isinstance(lr_scheduler, PER_STEP_SCHEDULERS):
-            scheduler["interval"] = "step"
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+    # `--optimizer`/`--lr_scheduler` stepped as each scheduler expects (kit/optimizers.py).
+    configure_optimizers = staticmethod(configure_optimizers)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The kit's always-on callbacks are ordinary entries of trainer.callbacks, so
@@ -170,27 +131,32 @@ class KitCLI(LightningCLI):
 
         LightningCLI then builds the model with the hyperparameters stored in the checkpoint
         (for a file path; here also for best and last), so `test --ckpt_path=best` rebuilds the
-        network it trained. A resumed `fit` must not contradict them: a flag that asks for other
-        model settings, or data settings unlike the checkpoint's, is refused rather than ignored.
+        network it trained. A flag asking for other model settings (for a resumed `fit`, also
+        data settings unlike the checkpoint's) is refused rather than silently ignored.
         """
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else None
-        if config is None or not config.get("ckpt_path"):
+        if config is None:
+            return
+        self.run_folder.read(config.trainer)
+        if not config.get("ckpt_path"):
             return
         if config.ckpt_path in ("best", "last"):
-            config.ckpt_path = str(self._find_checkpoint(config, config.ckpt_path))
+            which = config.ckpt_path
+            config.ckpt_path = str(self.run_folder.find(which))
+            print(f"Using {which} checkpoint: {config.ckpt_path}")
         if not resume.is_local(config.ckpt_path):
             return
         checkpoint = Path(config.ckpt_path)
         resume.check_whole(checkpoint)
+        baseline = parser.parse_args([subcommand])[subcommand]  # what no flag at all would give
+        model = resume.changed(config.get("model"), baseline.get("model"))
+        data = None
         if subcommand == "fit":
-            baseline = parser.parse_args([subcommand])[subcommand]  # what no flag at all would give
-            model = changed(config.get("model"), baseline.get("model"))
             data = (config.get("data") or Namespace()).as_dict()
-            resume.check_settings_agree(
-                checkpoint, model, data.get("init_args", data), self.resume_may_change
-            )
+            data = data.get("init_args", data)
+        resume.check_settings_agree(checkpoint, subcommand, model, data, self.resume_may_change)
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
@@ -198,19 +164,18 @@ class KitCLI(LightningCLI):
         if launch is not None:  # started by torchrun: join its processes into one run
             rank_zero_info(launcher.match_launch(config.trainer, launch))
         hardware.check_request(config.trainer.accelerator, config.trainer.devices)
-        trackers.check_installed(logger_specs(config.trainer))
-        fill_logger_defaults(config.trainer)
+        trackers.check_installed(self.run_folder.specs)
         if config.get("ckpt_path") and resume.is_local(config.ckpt_path):
-            if self.subcommand == "fit":
-                self._continue_run(config, Path(config.ckpt_path))
-            else:  # e.g. `test --ckpt_path=best`: its metrics join the trained run's tracker run
-                self._continue_tracker_runs(config, Path(config.ckpt_path))
-        share_one_version(config.trainer)
+            # fit continues the checkpoint's run folder; e.g. `test --ckpt_path=best` logs into
+            # the trained run's tracker runs.
+            self.run_folder.continue_run(Path(config.ckpt_path), resume=self.subcommand == "fit")
+        # config.yaml: the settings as asked; the loggers are built with the run folder's.
+        self.run_folder.recipe = config.clone()
         if self.subcommand == "fit":
-            self._pin_checkpoint_folder(config)
+            self.run_folder.recipe.ckpt_path = None  # a recipe trains from scratch
+        if config.trainer.get("logger") is not False:
+            self.run_folder.configure_loggers(config.trainer)
         if self.subcommand == "fit":
-            # jsonargparse keeps the settings a new class shares with the old one (--optimizer=Adam
-            # after AdamW keeps its weight_decay): show what will actually be built.
             described = [describe(config.get(key)) for key in ("optimizer", "lr_scheduler")]
             rank_zero_info("Optimizer: {}; LR scheduler: {}".format(*described))
         elif self.subcommand == "export":
@@ -239,6 +204,7 @@ class KitCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
         callbacks = [*(config.trainer.get("callbacks") or []), *self.subcommand_callbacks(config)]
+        self.run_folder.use_for(callbacks)  # checkpoints go into the run folder, whatever the loggers
         trainer = super().instantiate_trainer(callbacks=callbacks, **kwargs)
         hardware.use_tensor_cores(trainer.accelerator)
         return trainer
@@ -252,9 +218,6 @@ class KitCLI(LightningCLI):
                     BestCheckpoint(**config.checkpoint),
                     LastCheckpoint(**config.last_checkpoint),
                 ]
-                for checkpoint in checkpoints:
-                    if self.checkpoint_dir is not None:  # else: the first logger's run folder
-                        checkpoint.dirpath = str(self.checkpoint_dir.resolve())
                 callbacks += checkpoints
             if tunes_batch_size(self.datamodule) or config.tuner.scale_lr != "none":
                 callbacks.append(BatchSizeTuner(**config.tuner))
@@ -265,195 +228,6 @@ class KitCLI(LightningCLI):
         ):
             callbacks.append(TQDMProgressBar(**config.progress_bar))
         return callbacks
-
-    def _find_checkpoint(self, config: Any, which: str) -> Path:
-        """Resolve `best`/`last` against every earlier run, not only the current one."""
-        fill_logger_defaults(config.trainer)
-        try:
-            checkpoint = find_checkpoint(checkpoint_runs(config.trainer), which)
-        except CheckpointNotFoundError as error:
-            raise UsageError(str(error)) from None
-        print(f"Using {which} checkpoint: {checkpoint}")
-        return checkpoint
-
-    def _continue_run(self, config: Any, checkpoint: Path) -> None:
-        """`fit --ckpt_path=best|last|PATH` continues that run in its own folder.
-
-        A checkpoint inside one of the logger's `version_N` folders resumes into that folder, so
-        TensorBoard shows one continuous run, and locks it against a second resume at once.
-        """
-        loggers = logger_settings(config.trainer, spell_out_default=True)
-        run_dir = checkpoint.resolve().parent.parent
-        in_a_run = run_dir.parent == checkpoint_runs(config.trainer).resolve()
-        if not in_a_run or run_version(checkpoint) is None:
-            return
-        self.resume_version = run_version(checkpoint)
-        if all(logger.get("version") is None for logger in loggers):
-            for logger in loggers:
-                logger.version = run_version(checkpoint)
-            # The saved config.yaml stays a recipe for a fresh run: no version, no checkpoint.
-            self.save_config_kwargs["forget_version"] = True
-        self._continue_tracker_runs(config, checkpoint)
-        if rank_zero_only.rank == 0:
-            resume.lock_run_folder(run_dir)
-
-    def _pin_checkpoint_folder(self, config: Any) -> None:
-        """Checkpoints go into a `version_N` run folder whichever logger comes first, or none.
-
-        Lightning puts them in the first logger's folder: TensorBoard's and CSV's are run folders;
-        a tracker's (MLflow, W&B) is not, and with `--trainer.logger=false` there is none. Then
-        they go where `--ckpt_path=best|last` looks: the first run-folder logger's next
-        `version_N`, else `<default_root_dir>/lightning_logs/version_N`, as the default logger's.
-        """
-        specs = logger_specs(config.trainer)
-        if config.trainer.get("logger") in (None, True) or (specs and writes_run_folders(specs[0])):
-            return
-        folders = logger_settings(config.trainer)
-        runs = checkpoint_runs(config.trainer)
-        version = next((f.version for f in folders if f.get("version") is not None), self.resume_version)
-        if version is None:
-            version = next_version(runs)
-        for folder in folders:
-            folder.version = version
-        self.checkpoint_dir = runs / f"version_{version}" / "checkpoints"
-
-    def _continue_tracker_runs(self, config: Any, checkpoint: Path) -> None:
-        """Trackers (MLflow, W&B) log into the run recorded in the checkpoint's run folder."""
-        run_dir = checkpoint.resolve().parent.parent
-        if run_version(checkpoint) is not None:
-            trackers.continue_runs(run_dir, logger_specs(config.trainer))
-            self.save_config_kwargs["forget_version"] = True
-
-
-class RunConfig(SaveConfigCallback):
-    """Saves the run's config.yaml as a recipe: `fit -c config.yaml` trains the run again.
-
-    A resumed run's config would otherwise name the checkpoint it started from and the run
-    folder it continues; rerunning it would then restore the finished checkpoint into the old
-    folder and train nothing.
-    """
-
-    def __init__(self, *args: Any, forget_version: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.forget_version = forget_version
-
-    def setup(self, trainer: Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        config: Namespace = self.config  # type: ignore[has-type]  # set by SaveConfigCallback
-        if stage == "fit" and config.get("ckpt_path"):
-            config = config.clone()
-            config.ckpt_path = None
-            if self.forget_version:
-                for logger in logger_settings(config.trainer):
-                    logger.version = None
-                for spec in logger_specs(config.trainer):  # nor the tracker run it continued
-                    for key in ("run_id", "id"):
-                        if trackers.tracker_class(spec) is not None and key in spec.init_args:
-                            spec.init_args[key] = None
-            self.config = config
-        super().setup(trainer, pl_module, stage)
-
-    def save_config(self, trainer: Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """Rank 0: the whole config to each tracker (params once, config.yaml as a file), and
-        the trackers' run ids into the run folder, for a resumed `fit` or a `test` to continue."""
-        tracking = [logger for logger in trainer.loggers if isinstance(logger, trackers.Tracker)]
-        if not tracking:
-            return
-        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))  # type: ignore[has-type]
-        first = trainer.loggers[0]  # (not trainer.log_dir: it waits for the other ranks)
-        run_dir = Path(first.log_dir) if isinstance(first, RUN_FOLDER_LOGGERS) else None
-        config_file = run_dir / self.config_filename if run_dir and stage == "fit" else None
-        for tracker in tracking:
-            tracker.log_config(config, config_file)
-        if run_dir is not None and stage == "fit":
-            trackers.record_runs(run_dir, tracking)
-
-
-def changed(settings: Any, baseline: Any) -> dict[str, Any]:
-    """The settings (flattened) whose value differs from the baseline's: the ones asked for."""
-
-    def flat(namespace: Any) -> dict[str, Any]:
-        values = resume.flatten((namespace or Namespace()).as_dict())
-        return {key.removeprefix("init_args."): value for key, value in values.items()}
-
-    ours, base = flat(settings), flat(baseline)
-    return {key: value for key, value in ours.items() if key not in base or base[key] != value}
-
-
-def one_line(error: BaseException) -> str:
-    """An exception's message folded onto one line."""
-    return " ".join(str(error).split())
-
-
-def class_path(cls: type) -> str:
-    """The dotted path a config file names a class by."""
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-# Loggers that write `<save_dir>/<name>/version_N` run folders (checkpoints go into the first's).
-RUN_FOLDER_LOGGERS = (TensorBoardLogger, CSVLogger)
-
-
-def logger_specs(trainer: Any) -> list[Any]:
-    """Each configured logger's `class_path`/`init_args` Namespace (none for `logger: false`)."""
-    loggers = trainer.get("logger")
-    loggers = loggers if isinstance(loggers, list) else [loggers]
-    return [logger for logger in loggers if isinstance(logger, Namespace) and logger.get("init_args")]
-
-
-def fill_logger_defaults(trainer: Any) -> None:
-    """The kit's trackers fill in what their config leaves empty (MLflow's local store, under
-    `trainer.default_root_dir`), in every process alike."""
-    root_dir = Path(trainer.get("default_root_dir") or ".")
-    for spec in logger_specs(trainer):
-        tracker = trackers.tracker_class(spec)
-        if tracker is not None:
-            tracker.fill_defaults(spec.init_args, root_dir)
-
-
-def logger_settings(trainer: Any, spell_out_default: bool = False) -> list[Any]:
-    """The init_args of each configured logger that writes `version_N` run folders.
-
-    With `spell_out_default`, Lightning's default logger (a TensorBoardLogger writing to
-    `<default_root_dir>/lightning_logs`) is written into the config first, so that a resumed
-    run can name the version folder it continues.
-    """
-    if spell_out_default and trainer.get("logger") in (None, True):
-        trainer.logger = Namespace(
-            class_path="lightning.pytorch.loggers.TensorBoardLogger",
-            init_args=Namespace(save_dir=trainer.default_root_dir or ".", name="lightning_logs"),
-        )
-    return [spec.init_args for spec in logger_specs(trainer) if writes_run_folders(spec)]
-
-
-def writes_run_folders(spec: Any) -> bool:
-    """Whether a logger spec names a logger that writes `version_N` folders (TensorBoard, CSV)."""
-    cls = trackers.logger_class(spec)
-    return cls is not None and issubclass(cls, RUN_FOLDER_LOGGERS) and "save_dir" in spec.init_args
-
-
-def runs_folder(logger: Any) -> Path:
-    return Path(logger.save_dir) / (logger.get("name") or "")
-
-
-def checkpoint_runs(trainer: Any) -> Path:
-    """The folder whose `version_N/checkpoints` hold the checkpoints: the first run-folder
-    logger's (TensorBoard's, by default), else `<default_root_dir>/lightning_logs`."""
-    folders = logger_settings(trainer, spell_out_default=True)
-    if folders:
-        return runs_folder(folders[0])
-    return Path(trainer.get("default_root_dir") or ".") / "lightning_logs"
-
-
-def share_one_version(trainer: Any) -> None:
-    """Several loggers (TensorBoard and CSV, say) write one run into one `version_N` folder.
-
-    Left alone, each picks its own next free number, and one run lands in two folders.
-    """
-    loggers = logger_settings(trainer)
-    if len(loggers) > 1 and all(logger.get("version") is None for logger in loggers):
-        version = max(next_version(runs_folder(logger)) for logger in loggers)
-        for logger in loggers:
-            logger.version = version
 
 
 def link_model_to_data(parser: LightningArgumentParser, model_class: type, datamodule_class: type) -> None:
@@ -467,20 +241,9 @@ def link_model_to_data(parser: LightningArgumentParser, model_class: type, datam
             parser.link_arguments(f"data.{name}", target, apply_on="instantiate")
 
 
-def describe(spec: Any) -> str:
-    """`Name(setting=value, ...)` for a class_path/init_args spec, with what differs from defaults."""
-    if spec is None:
-        return "none"
-    module_name, _, class_name = spec.class_path.rpartition(".")
-    parameters = inspect.signature(getattr(importlib.import_module(module_name), class_name)).parameters
-    defaults = {name: parameter.default for name, parameter in parameters.items()}
-    settings = dict(spec.init_args or {}).items()
-
-    def same(value: Any, default: Any) -> bool:
-        return (tuple(value) if isinstance(value, list) else value) == default
-
-    changed = ", ".join(f"{name}={value}" for name, value in settings if not same(value, defaults.get(name)))
-    return f"{class_name}({changed})"
+def one_line(error: BaseException) -> str:
+    """An exception's message folded onto one line."""
+    return " ".join(str(error).split())
 
 
 def run(
@@ -489,19 +252,11 @@ def run(
     default_config_files: Sequence[Path] = (),
     user_errors: tuple[type[Exception], ...] = (),
 ) -> KitCLI:
-    """Run `cli_class`; mistakes we can name (and `user_errors`) end as one line, exit code 2."""
-    one_line_errors: tuple[type[Exception], ...] = (
-        UsageError,
-        resume.ResumeError,
-        data_checks.DataError,
-        hardware.HardwareError,
-        launcher.LaunchMismatchError,
-        ExportError,
-        trackers.TrackerError,
-        *user_errors,
-    )
+    """Run `cli_class`; mistakes we can name (`KitError`s, and `user_errors`) end as one line."""
+    one_line_errors: tuple[type[Exception], ...] = (KitError, *user_errors)
+    run_folder = RunFolder()  # here, to let go of its lock however the run ends
     try:
-        return cli_class(default_config_files=default_config_files, args=args)
+        return cli_class(default_config_files=default_config_files, args=args, run_folder=run_folder)
     except SIGTERMException as stop:  # Ctrl-C, SIGTERM, SLURM's warning: last.ckpt is saved
         if isinstance(stop, StopRequested) and stop.requeue and rank_zero_only.rank == 0:
             print(launcher.requeue_slurm_job(), file=sys.stderr)
@@ -511,8 +266,8 @@ def run(
         )
         raise SystemExit(EXIT_STOPPED) from None
     except one_line_errors as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        print(f"error: {one_line(error)}", file=sys.stderr)
+        raise SystemExit(getattr(error, "exit_code", 2)) from None
     except MisconfigurationException as error:  # Lightning's own "this setting cannot work"
         print(f"error: {one_line(error)}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -529,4 +284,4 @@ def run(
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
     finally:
-        resume.release_locks()
+        run_folder.release()

@@ -12,8 +12,10 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from .errors import KitError
 
-class DataError(ValueError):
+
+class DataError(KitError, ValueError):
     """The data cannot train the model as it is; the message names the source and the fix."""
 
 

@@ -22,6 +22,9 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from .errors import KitError
+from .files import write_atomically
+
 # Format name -> file suffix. TorchScript is deprecated by PyTorch (2.10+): prefer the others.
 FORMATS = {"onnx": ".onnx", "exported_program": ".pt2", "torchscript": ".pt"}
 # What a format needs beyond torch, and the project's optional extra that installs it.
@@ -32,7 +35,7 @@ TOLERANCE = 1e-4
 Runner = Callable[[Tensor], Tensor]
 
 
-class ExportError(Exception):
+class ExportError(KitError):
     """An export that cannot be done or did not match; the message names the problem and the fix."""
 
 
@@ -226,9 +229,7 @@ def export(
 
 
 def write_json(path: Path, content: dict[str, Any]) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(content, indent=2) + "\n")
-    os.replace(partial, path)
+    write_atomically(path, json.dumps(content, indent=2) + "\n")
 
 
 def read_metadata(exported: Path) -> dict[str, Any]:

@@ -9,13 +9,14 @@ import functools
 import importlib.util
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from .errors import KitError
+from .torch_build import ask_nvidia_smi
 
 if TYPE_CHECKING:
     from lightning.pytorch.accelerators import Accelerator
@@ -37,7 +38,7 @@ class Driver:
     max_cuda: tuple[int, int] | None  # the newest CUDA this driver runs; only nvidia-smi tells
 
 
-class HardwareError(Exception):
+class HardwareError(KitError):
     """The hardware asked for is not here; the message says what was found and what to do."""
 
 
@@ -74,27 +75,10 @@ def gpus() -> list[Gpu]:
     return found
 
 
-NVIDIA_SMI_TIMEOUT_S = 10  # a healthy nvidia-smi answers in well under a second
-
-
 @functools.lru_cache(maxsize=1)
 def _nvidia_smi() -> tuple[str, str | None]:
-    """nvidia-smi's output and, when it gave none, why (failed, hung); ("", None) without it."""
-    path = shutil.which("nvidia-smi")
-    if path is None:
-        return "", None
-    try:
-        result = subprocess.run(
-            [path], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return "", f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S} s"
-    except OSError as error:
-        return "", f"nvidia-smi could not start ({error})"
-    if result.returncode != 0:
-        detail = (result.stdout + result.stderr).strip().splitlines()
-        return "", f"nvidia-smi failed (exit code {result.returncode}{': ' + detail[0] if detail else ''})"
-    return result.stdout, None
+    """Plain `nvidia-smi` (its header names the driver), asked once per process."""
+    return ask_nvidia_smi()
 
 
 def nvidia_smi_problem() -> str | None:

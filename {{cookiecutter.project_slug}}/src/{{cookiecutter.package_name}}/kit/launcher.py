@@ -14,6 +14,8 @@ from typing import Any
 
 import torch.distributed
 
+from .errors import KitError
+
 # Strategies that start processes themselves, or run only one: wrong under a launcher that did.
 _OWN_PROCESSES = ("spawn", "fork", "notebook")
 _SINGLE_PROCESS = ("single_device", "single_xla", "single_tpu")
@@ -31,7 +33,7 @@ class Launch:
         return self.world_size // self.processes_per_node
 
 
-class LaunchMismatchError(Exception):
+class LaunchMismatchError(KitError):
     """The Trainer settings contradict the processes torchrun started."""
 
 

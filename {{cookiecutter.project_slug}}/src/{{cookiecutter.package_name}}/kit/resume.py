@@ -1,22 +1,23 @@
-"""Checks before a run starts from a checkpoint: the file is whole, the settings agree with it,
-and no other process is resuming the same run folder.
+"""Checks before a run starts from a checkpoint: the file is whole, and the settings asked for
+agree with the ones it was trained with (the run folder's lock is `kit.run_folder`'s).
 
 Each failure is a `ResumeError` whose message is one line naming the file or setting and the fix.
 """
 
 import json
-import os
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
+from jsonargparse import Namespace
 
-_held_locks: list[IO[str]] = []  # open lock files, released when the process ends
+from .errors import KitError
+from .files import flatten
 
 
-class ResumeError(Exception):
+class ResumeError(KitError):
     """A checkpoint that cannot be used as asked; the message says what to do instead."""
 
 
@@ -48,17 +49,6 @@ def saved_settings(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return checkpoint.get("hyper_parameters") or {}, checkpoint.get("datamodule_hyper_parameters") or {}
 
 
-def flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"network": {"init_args": {"width": 16}}}` -> `{"network.init_args.width": 16}`."""
-    flat: dict[str, Any] = {}
-    for key, value in settings.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def comparable(value: Any) -> str:
     """Tuples and lists, paths and strings compare equal when they say the same thing."""
     return json.dumps(value, sort_keys=True, default=str)
@@ -73,7 +63,7 @@ def contradictions(
     (how data is loaded, not what it is) are not compared.
     """
     allowed = set(may_change)
-    saved_flat, asked_flat = flatten(saved), flatten(asked)
+    saved_flat, asked_flat = flatten(saved, sequences=False), flatten(asked, sequences=False)
     differ = []
     for key in sorted(saved_flat.keys() & asked_flat.keys()):
         leaf = key.rsplit(".", 1)[-1]
@@ -84,47 +74,40 @@ def contradictions(
     return differ
 
 
-def check_settings_agree(
-    path: Path, model: Mapping[str, Any], data: Mapping[str, Any], may_change: Iterable[str]
-) -> None:
-    """Resuming continues one run: a changed network, split or batch size would not.
+def changed(settings: Any, baseline: Any) -> dict[str, Any]:
+    """The settings (flattened, `init_args.` dropped) whose value differs from the baseline's:
+    the ones a flag or a config file asked for."""
 
-    A different batch size, for one, makes the resumed loader skip a different number of samples.
+    def flat(namespace: Any) -> dict[str, Any]:
+        values = flatten((namespace or Namespace()).as_dict(), sequences=False)
+        return {key.removeprefix("init_args."): value for key, value in values.items()}
+
+    ours, base = flat(settings), flat(baseline)
+    return {key: value for key, value in ours.items() if key not in base or base[key] != value}
+
+
+def check_settings_agree(
+    path: Path,
+    subcommand: str,
+    model: Mapping[str, Any],
+    data: Mapping[str, Any] | None = None,
+    may_change: Iterable[str] = (),
+) -> None:
+    """Refuse settings asked for that the checkpoint contradicts.
+
+    Resuming (`fit`) continues one run: a changed network, split or batch size would not (a
+    different batch size makes the resumed loader skip a different number of samples). The
+    other subcommands rebuild the checkpoint's model, so a model flag they would ignore is
+    refused too (`data` is not compared: evaluating on other data is their point).
     """
     saved_model, saved_data = saved_settings(path)
     differ = [f"model.{d}" for d in contradictions(saved_model, model, may_change)]
-    differ += [f"data.{d}" for d in contradictions(saved_data, data, may_change)]
-    if differ:
-        raise ResumeError(
-            f"--ckpt_path={path} was trained with other settings ({'; '.join(differ)}). "
-            "Resume with the run's own settings (drop those flags), or start a new run without --ckpt_path."
-        )
-
-
-def release_locks() -> None:
-    """Let go of every run folder this process holds (the end of a run called from Python)."""
-    while _held_locks:
-        _held_locks.pop().close()
-
-
-def lock_run_folder(run_dir: Path) -> None:
-    """Hold an exclusive lock on `run_dir` until this process ends: one `fit` per run folder."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks; nothing to hold
+    if data is not None:
+        differ += [f"data.{d}" for d in contradictions(saved_data, data, may_change)]
+    if not differ:
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    lock = (run_dir / ".fit.lock").open("a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        owner = lock.read().strip() or "another process"
-        lock.close()
-        raise ResumeError(
-            f"{run_dir} is in use by a running `fit` ({owner}). Wait for it to end, or stop it first."
-        ) from None
-    lock.truncate(0)
-    lock.write(f"pid {os.getpid()}")
-    lock.flush()
-    _held_locks.append(lock)
+    if subcommand == "fit":
+        fix = "Resume with the run's own settings (drop those flags), or start a new run without --ckpt_path."
+    else:
+        fix = f"`{subcommand}` uses the checkpoint's model: drop those flags, or train a run with them."
+    raise ResumeError(f"--ckpt_path={path} was trained with other settings ({'; '.join(differ)}). {fix}")

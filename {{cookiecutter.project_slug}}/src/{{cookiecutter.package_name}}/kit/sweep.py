@@ -228,11 +228,13 @@ def run_trial(
     values: list[float] = []
     pruned_at: float | None = None
     with log.open("w") as output:
+        # A session of its own: the trial's signals reach its ranks, never this process.
         process = subprocess.Popen(
             command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
         try:
             seen = 0
+            killed = False
             while process.poll() is None or seen < count_lines(metrics):
                 for record in read_records(metrics)[seen:]:
                     seen += 1
@@ -240,18 +242,36 @@ def run_trial(
                     trial.report(record["value"], record["epoch"])
                     if pruned_at is None and trial.should_prune():
                         pruned_at = time.monotonic()
-                        os.killpg(process.pid, signal.SIGTERM)  # every rank stops at the next step
-                if pruned_at is not None and time.monotonic() - pruned_at > PRUNED_AFTER_S:
-                    os.killpg(process.pid, signal.SIGKILL)
+                        signal_trial(process, signal.SIGTERM)  # every rank stops at the next step
+                if pruned_at is not None and not killed and time.monotonic() - pruned_at > PRUNED_AFTER_S:
+                    killed = signal_trial(process, signal.SIGKILL)
                 time.sleep(POLL_S)
         except BaseException:  # Ctrl-C in the sweep: stop the trial too, cleanly
-            os.killpg(process.pid, signal.SIGTERM)
+            signal_trial(process, signal.SIGTERM)
             process.wait()
             raise
     best = (max if study.direction.name == "MAXIMIZE" else min)(values) if values else None
     if pruned_at is not None:
         return "pruned", best
     return ("complete" if process.returncode == 0 and best is not None else "failed"), best
+
+
+def signal_trial(process: subprocess.Popen, signum: int) -> bool:
+    """Send `signum` to the trial's process group, once; False when the trial has already ended.
+
+    A trial that has exited and been waited for is left alone: its group id may belong to
+    another process by now. The group is the trial's own session, never this process's.
+    """
+    if process.poll() is not None:
+        return False
+    try:
+        group = os.getpgid(process.pid)
+        if group == os.getpgrp():
+            raise RuntimeError(f"trial {process.pid} shares the sweep's process group")
+        os.killpg(group, signum)
+    except ProcessLookupError:  # it ended just now
+        return False
+    return True
 
 
 def count_lines(path: Path) -> int:

@@ -54,18 +54,32 @@ def pip_requirement(build: str, version: str = TESTED_TORCH_VERSION, index: str 
 NVIDIA_SMI_TIMEOUT_S = 10  # a healthy nvidia-smi answers in well under a second
 
 
-def nvidia_smi(*args: str) -> str:
-    """nvidia-smi's output; "" when it is absent, fails or does not answer in time."""
+def ask_nvidia_smi(*args: str) -> tuple[str, str | None]:
+    """nvidia-smi's output and, when it gave none, why (failed, hung); ("", None) without it.
+
+    The one wrapper of nvidia-smi: the doctor (kit/hardware.py) and the noxfiles (which load
+    this file by path, so it imports nothing but the standard library) both ask through it.
+    """
     path = shutil.which("nvidia-smi")
     if path is None:
-        return ""
+        return "", None
     try:
         result = subprocess.run(
             [path, *args], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return result.stdout if result.returncode == 0 else ""
+    except subprocess.TimeoutExpired:
+        return "", f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S} s"
+    except OSError as error:
+        return "", f"nvidia-smi could not start ({error})"
+    if result.returncode != 0:
+        detail = (result.stdout + result.stderr).strip().splitlines()
+        return "", f"nvidia-smi failed (exit code {result.returncode}{': ' + detail[0] if detail else ''})"
+    return result.stdout, None
+
+
+def nvidia_smi(*args: str) -> str:
+    """nvidia-smi's output; "" when it is absent, fails or does not answer in time."""
+    return ask_nvidia_smi(*args)[0]
 
 
 def nvidia_gpu_count() -> int:

@@ -18,7 +18,6 @@ configs/loggers/ name these):
 """
 
 import importlib
-import json
 import os
 import shutil
 from collections.abc import Mapping
@@ -27,12 +26,15 @@ from typing import Any
 
 from lightning.pytorch import loggers
 
+from .errors import KitError
+from .files import flatten
+
 TRACKERS_FILE = "trackers.json"  # in the run folder: {"MLFlowLogger": {"run_id": ...}, ...}
 # Set by `python main.py sweep` for each trial's `fit`: the study, the trial, the user's log folder.
 SWEEP_STUDY, SWEEP_TRIAL, SWEEP_ROOT = "KIT_SWEEP_STUDY", "KIT_SWEEP_TRIAL", "KIT_SWEEP_ROOT"
 
 
-class TrackerError(Exception):
+class TrackerError(KitError):
     """A tracker that cannot start as configured; the message names the fix."""
 
 
@@ -58,20 +60,6 @@ def check_installed(specs: list[Any]) -> None:
                     ) from None
 
 
-def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"trainer": {"callbacks": [{"class_path": X}]}}` -> `{"trainer.callbacks.0.class_path": X}`."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten_config(value, f"{name}."))
-        elif isinstance(value, list) and value:
-            flat.update(flatten_config({str(i): item for i, item in enumerate(value)}, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
 def sweep_trial() -> tuple[str, str] | None:
     """(study, `trial_NNN`) when this `fit` is a trial of `python main.py sweep`."""
     study, trial = os.environ.get(SWEEP_STUDY), os.environ.get(SWEEP_TRIAL)
@@ -94,7 +82,7 @@ class Tracker:
         """The run's flattened config as params (a new run only) and its config file (rank 0)."""
         self._config_logged = True
         if not self.resumed:
-            self.log_params(flatten_config(config))
+            self.log_params(flatten(config))
         if config_file is not None and config_file.is_file():
             self.log_file(config_file)
 
@@ -137,7 +125,8 @@ class MLFlowLogger(Tracker, loggers.MLFlowLogger):
         if uri.startswith("sqlite:///"):  # SQLite creates the file, not its folder
             Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         super().__init__(*args, **kwargs)
-        self.resumed = self._run_id is not None
+        self.resumed = kwargs.get("run_id") is not None
+        self.tracking_uri = kwargs.get("tracking_uri")  # Lightning keeps its own copy private
 
     @classmethod
     def fill_defaults(cls, init_args: Any, root_dir: Path) -> None:
@@ -158,7 +147,7 @@ class MLFlowLogger(Tracker, loggers.MLFlowLogger):
         self.experiment.log_artifact(self.run_id, str(path))
 
     def run_record(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "tracking_uri": self._tracking_uri}
+        return {"run_id": self.run_id, "tracking_uri": self.tracking_uri}
 
     @classmethod
     def continue_run(cls, init_args: Any, record: Mapping[str, Any]) -> None:
@@ -182,7 +171,7 @@ class WandbLogger(Tracker, loggers.WandbLogger):
             kwargs.setdefault("group", study)
             kwargs["name"] = kwargs.get("name") or name
         super().__init__(*args, **kwargs)
-        self.resumed = self._id is not None
+        self.resumed = (kwargs.get("id") or kwargs.get("version")) is not None
 
     @classmethod
     def fill_defaults(cls, init_args: Any, root_dir: Path) -> None:
@@ -224,25 +213,3 @@ def logger_class(spec: Any) -> type | None:
     except (ImportError, AttributeError):
         return None
     return cls if isinstance(cls, type) else None
-
-
-def record_runs(run_dir: Path, trackers: list[Tracker]) -> None:
-    """Write `trackers.json` into the run folder (rank 0): each tracker's run id."""
-    if trackers:
-        records = {type(tracker).__name__: tracker.run_record() for tracker in trackers}
-        run_dir.mkdir(parents=True, exist_ok=True)
-        partial = run_dir / f".{TRACKERS_FILE}.partial"  # renamed into place: never half-written
-        partial.write_text(json.dumps(records, indent=2) + "\n")
-        partial.replace(run_dir / TRACKERS_FILE)
-
-
-def continue_runs(run_dir: Path, specs: list[Any]) -> None:
-    """Point each tracker spec without a run id at the run recorded in `run_dir`, if any."""
-    path = run_dir / TRACKERS_FILE
-    if not path.is_file():
-        return
-    records = json.loads(path.read_text())
-    for spec in specs:
-        cls = tracker_class(spec)
-        if cls is not None and cls.__name__ in records:
-            cls.continue_run(spec.init_args, records[cls.__name__])

@@ -1,4 +1,5 @@
-"""Edges of resuming: damaged files, contradicting settings, one run folder, a reusable config.
+"""Edges of resuming, on the kit's fixtures: damaged files, contradicting settings, one run
+folder, a reusable config.
 
 Each bad request ends with one line and exit code 2, before anything is written.
 """
@@ -14,17 +15,27 @@ import yaml
 
 from {{ cookiecutter.package_name }}.kit.callbacks import save_atomically
 
-SHORT = ("--trainer.limit_val_batches=2", "--trainer.enable_progress_bar=false", "--trainer.max_epochs=-1")
+from kit_fixtures import FixtureCLI, run
+from kit_testing import QUICK
+
+SHORT = ("--trainer.limit_val_batches=2", "--trainer.max_epochs=-1")
 
 
-def fit(run_main, *args: str) -> None:
-    run_main("fit", *SHORT, *args)
+@pytest.fixture
+def run_kit(tmp_path, monkeypatch):
+    """`python -m kit_fixtures ARGS` in this process, logging under a temp folder."""
+    monkeypatch.chdir(tmp_path)
+    return lambda *args: run(FixtureCLI, [*args, *QUICK])
 
 
-def refused(run_main, capsys, *args: str) -> str:
-    """Run `main.py ARGS`, which must end with exit code 2; its one-line message."""
+def fit(run_kit, *args: str) -> None:
+    run_kit("fit", *SHORT, *args)
+
+
+def refused(run_kit, capsys, *args: str) -> str:
+    """Run ARGS, which must end with exit code 2; its one-line message."""
     with pytest.raises(SystemExit) as stop:
-        run_main(*args)
+        run_kit(*args)
     assert stop.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("error: "), lines[-3:]
@@ -32,65 +43,66 @@ def refused(run_main, capsys, *args: str) -> str:
 
 
 @pytest.fixture
-def trained(run_main, tmp_path) -> Path:
-    """A run stopped at step 3 of 20 in epoch 0: logs/lightning_logs/version_0."""
-    fit(run_main, "--trainer.max_steps=3")
-    return tmp_path / "logs" / "lightning_logs" / "version_0"
+def trained(run_kit, tmp_path) -> Path:
+    """A run stopped at step 3, in its first epoch: lightning_logs/version_0."""
+    fit(run_kit, "--trainer.max_steps=3")
+    return tmp_path / "lightning_logs" / "version_0"
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty"])
-def test_a_damaged_checkpoint_is_named_in_one_line(run_main, capsys, trained, damage):
+def test_a_damaged_checkpoint_is_named_in_one_line(run_kit, capsys, trained, damage):
     last = trained / "checkpoints" / "last.ckpt"
     data = last.read_bytes()
     last.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"")
     for ckpt_path in ("last", str(last)):
-        message = refused(run_main, capsys, "fit", *SHORT, f"--ckpt_path={ckpt_path}")
+        message = refused(run_kit, capsys, "fit", *SHORT, f"--ckpt_path={ckpt_path}")
         assert "version_0/checkpoints/last.ckpt is damaged" in message and "--ckpt_path=best" in message
-    message = refused(run_main, capsys, "test", str(f"--ckpt_path={last}"))
+    message = refused(run_kit, capsys, "test", str(f"--ckpt_path={last}"))
     assert "damaged" in message
 
 
 def test_settings_that_contradict_the_checkpoint_are_refused_and_nothing_is_rewritten(
-    run_main, capsys, trained
+    run_kit, capsys, trained
 ):
     config = (trained / "config.yaml").read_bytes()
-    message = refused(run_main, capsys, "fit", *SHORT, "--ckpt_path=last", "--model.network.width=32")
-    assert "model.network.init_args.width: 16 in the checkpoint, 32 now" in message
-    message = refused(run_main, capsys, "fit", *SHORT, "--ckpt_path=last", "--data.batch_size=32")
-    assert "data.batch_size: 64 in the checkpoint, 32 now" in message
-    message = refused(run_main, capsys, "fit", *SHORT, "--ckpt_path=last", "--data.num_workers=2")
-    assert "data.num_workers: 0 in the checkpoint, 2 now" in message  # the loader's saved position
+    message = refused(run_kit, capsys, "fit", *SHORT, "--ckpt_path=last", "--model.hidden=32")
+    assert "model.hidden: 16 in the checkpoint, 32 now" in message
+    message = refused(run_kit, capsys, "fit", *SHORT, "--ckpt_path=last", "--data.batch_size=32")
+    assert "data.batch_size: 16 in the checkpoint, 32 now" in message
+    message = refused(run_kit, capsys, "fit", *SHORT, "--ckpt_path=last", "--data.seed=1")
+    assert "data.seed: 0 in the checkpoint, 1 now" in message  # another split
     assert (trained / "config.yaml").read_bytes() == config
     assert [p.name for p in trained.parent.iterdir()] == ["version_0"]
-    # How batches reach the device may change, and longer training: the same run goes on.
-    fit(run_main, "--ckpt_path=last", "--trainer.max_steps=4", "--data.pin_memory=false")
+    # Longer training: the same run goes on.
+    fit(run_kit, "--ckpt_path=last", "--trainer.max_steps=4")
     assert torch.load(trained / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4
 
 
-def test_a_path_resumes_like_last_and_the_saved_config_reruns_from_scratch(run_main, trained):
-    fit(run_main, f"--ckpt_path={trained / 'checkpoints' / 'last.ckpt'}", "--trainer.max_steps=6")
+def test_a_path_resumes_like_last_and_the_saved_config_reruns_from_scratch(run_kit, trained):
+    fit(run_kit, f"--ckpt_path={trained / 'checkpoints' / 'last.ckpt'}", "--trainer.max_steps=6")
     assert [p.name for p in trained.parent.iterdir()] == ["version_0"], "resumed into its own folder"
     assert torch.load(trained / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6
     saved = yaml.safe_load((trained / "config.yaml").read_text())
     assert saved["ckpt_path"] is None
-    assert saved["trainer"]["logger"]["init_args"].get("version") is None
+    logger = saved["trainer"]["logger"]  # as asked: Lightning's default, no version
+    assert logger is None or logger["init_args"].get("version") is None
 
     # "Rerun this run": a new folder, trained from step 0 (not the finished checkpoint).
-    fit(run_main, "-c", str(trained / "config.yaml"))
+    fit(run_kit, "-c", str(trained / "config.yaml"))
     rerun = trained.parent / "version_1" / "checkpoints" / "last.ckpt"
     assert torch.load(rerun, weights_only=False)["global_step"] == 6
 
 
-def test_a_run_folder_in_use_is_not_resumed_twice(run_main, capsys, trained):
+def test_a_run_folder_in_use_is_not_resumed_twice(run_kit, capsys, trained):
     with (trained / ".fit.lock").open("a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running `fit` holds it
-        message = refused(run_main, capsys, "fit", *SHORT, "--ckpt_path=last", "--trainer.max_steps=6")
+        message = refused(run_kit, capsys, "fit", *SHORT, "--ckpt_path=last", "--trainer.max_steps=6")
         assert str(trained) in message and "in use" in message
-    fit(run_main, "--ckpt_path=last", "--trainer.max_steps=6")  # free again once that run ends
+    fit(run_kit, "--ckpt_path=last", "--trainer.max_steps=6")  # free again once that run ends
 
 
-def test_evaluation_needs_a_number_for_the_batch_size(run_main, capsys, trained):
-    message = refused(run_main, capsys, "test", "--ckpt_path=last", "--data.batch_size=auto")
+def test_evaluation_needs_a_number_for_the_batch_size(run_kit, capsys, trained):
+    message = refused(run_kit, capsys, "test", "--ckpt_path=last", "--data.batch_size=auto")
     assert "resolved by `fit` only" in message and "config.yaml" in message
 
 
@@ -114,7 +126,7 @@ def test_a_full_disk_leaves_the_previous_checkpoint_whole_and_no_partial_file(tm
 
 
 @pytest.mark.parametrize("code", [errno.EROFS, errno.ENOSPC])
-def test_a_logs_folder_that_cannot_be_written_gets_one_line(run_main, capsys, monkeypatch, trained, code):
+def test_a_logs_folder_that_cannot_be_written_gets_one_line(run_kit, capsys, monkeypatch, trained, code):
     real_makedirs = os.makedirs
 
     def unwritable(path, *args, **kwargs):  # as a read-only mount or a full disk answers
@@ -123,5 +135,5 @@ def test_a_logs_folder_that_cannot_be_written_gets_one_line(run_main, capsys, mo
         return real_makedirs(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "makedirs", unwritable)
-    message = refused(run_main, capsys, "test", "--ckpt_path=last")
+    message = refused(run_kit, capsys, "validate", "--ckpt_path=last")
     assert os.strerror(code) in message and "--trainer.default_root_dir=DIR" in message

@@ -1,52 +1,34 @@
-"""Nothing lost: interrupted runs resume exactly, seeded runs repeat, bad runs stop clearly."""
+"""Nothing lost, on the kit's fixtures: interrupted runs resume exactly from any phase, bad runs
+stop clearly."""
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import tensorboard_scalars
 from {{ cookiecutter.package_name }}.kit.cli import EXIT_STOPPED
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-MAX_STEPS = 90  # 20 batches per epoch: epochs end at steps 20, 40, 60, 80
+from kit_testing import start_fixtures, tensorboard_scalars
+
+MAX_STEPS = 90  # 15 batches per epoch: epochs end at steps 15, 30, 45, 60, 75, 90
 EVERY = 5  # last.ckpt every 5 steps, besides the end of every epoch
-
-
-def fit_command(save_dir: Path, *flags: str) -> list[str]:
-    return [
-        sys.executable,
-        str(PROJECT_ROOT / "main.py"),
-        "fit",
-        f"--trainer.max_steps={MAX_STEPS}",
-        "--trainer.max_epochs=-1",
-        f"--trainer.default_root_dir={save_dir}",
-        "--trainer.enable_progress_bar=false",
-        f"--last_checkpoint.every_n_train_steps={EVERY}",
-        *flags,
-    ]
+FIT = (
+    "fit",
+    f"--trainer.max_steps={MAX_STEPS}",
+    "--trainer.max_epochs=-1",
+    f"--last_checkpoint.every_n_train_steps={EVERY}",
+)
 
 
 def run_fit(
     save_dir: Path, *flags: str, interrupt: signal.Signals | None = None
 ) -> subprocess.CompletedProcess:
-    """Run `main.py fit`; with `interrupt`, send that signal from outside once a last.ckpt exists."""
-    # tests/kit on the path: `--trainer.callbacks+=faults.SignalAt` names a class there.
-    path = [str(PROJECT_ROOT / "src"), str(PROJECT_ROOT / "tests" / "kit"), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    process = subprocess.Popen(
-        fit_command(save_dir, *flags),
-        cwd=save_dir,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    """Run the fixtures' `fit`; with `interrupt`, send that signal from outside once a last.ckpt
+    exists. Its output: stdout and stderr together."""
+    process = start_fixtures(save_dir, *FIT, *flags)
     if interrupt is not None:
         deadline = time.monotonic() + 120
         while (
@@ -54,8 +36,8 @@ def run_fit(
         ):
             time.sleep(0.02)
         process.send_signal(interrupt)
-    output, _ = process.communicate(timeout=300)
-    return subprocess.CompletedProcess(process.args, process.returncode, output)
+    output, errors = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, output + errors)
 
 
 def last_checkpoint_path(save_dir: Path) -> Path:
@@ -103,13 +85,13 @@ FAULTS = {
     # Right after the periodic save of step 10: Lightning keeps that file (ready = completed + 1).
     "SIGTERM-after-periodic-save": (signal.SIGTERM, 10, "train_batch_end", 10),
     # During epoch 0's closing validation: it finishes, then the end-of-epoch save.
-    "SIGTERM-in-epoch-end-validation": (signal.SIGTERM, 20, "validation", 20),
+    "SIGTERM-in-epoch-end-validation": (signal.SIGTERM, 15, "validation", 15),
     # No chance to save: the newest file on disk is all there is.
     "SIGKILL-after-periodic-save": (signal.SIGKILL, 12, "train_batch_end", 10),
-    "SIGKILL-after-epoch-end-save": (signal.SIGKILL, 22, "train_batch_end", 20),
-    "SIGKILL-in-epoch-end-validation": (signal.SIGKILL, 40, "validation", 35),
-    # Killed with half of step 15's last.ckpt written: the whole one of step 10 stays in place.
-    "SIGKILL-mid-checkpoint-write": (signal.SIGKILL, 15, "checkpoint_write", 10),
+    "SIGKILL-after-epoch-end-save": (signal.SIGKILL, 17, "train_batch_end", 15),
+    "SIGKILL-in-epoch-end-validation": (signal.SIGKILL, 30, "validation", 25),
+    # Killed with half of step 20's last.ckpt written: the whole one of step 15 stays in place.
+    "SIGKILL-mid-checkpoint-write": (signal.SIGKILL, 20, "checkpoint_write", 15),
 }
 
 
@@ -163,7 +145,7 @@ def test_a_signal_from_outside_at_any_moment_resumes_to_the_same_weights(tmp_pat
 def test_non_finite_loss_stops_naming_the_step_and_keeps_good_weights(tmp_path):
     result = run_fit(tmp_path, "--trainer.callbacks+=faults.NaNBatchAt", "--trainer.callbacks.step=17")
     assert result.returncode == 1, result.stdout
-    message = result.stdout.strip().splitlines()[-1]
+    message = [line for line in result.stdout.splitlines() if line.startswith("error:")][-1]
     assert "the training loss is nan at step 17" in message and "gradient_clip_val" in message, message
     checkpoint = last_checkpoint(tmp_path)
     assert checkpoint["global_step"] == 17  # the state from just before the bad step

@@ -1,0 +1,59 @@
+"""`--optimizer` and `--lr_scheduler` wired the way each scheduler expects to be stepped."""
+
+import importlib
+import inspect
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.cli import LRSchedulerTypeUnion
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import CyclicLR, OneCycleLR, ReduceLROnPlateau
+
+from .errors import UsageError
+
+# Schedulers whose own docs say to step them after every batch, not every epoch.
+PER_STEP_SCHEDULERS = (OneCycleLR, CyclicLR)
+
+
+def configure_optimizers(
+    lightning_module: L.LightningModule,
+    optimizer: Optimizer,
+    lr_scheduler: LRSchedulerTypeUnion | None = None,
+) -> Any:
+    """Lightning's default steps every scheduler once per epoch; OneCycleLR and CyclicLR are
+    stepped per batch, and ReduceLROnPlateau watches the metric named by its own `monitor`."""
+    if lr_scheduler is None:
+        return optimizer
+    scheduler: dict[str, Any] = {"scheduler": lr_scheduler}
+    if isinstance(lr_scheduler, ReduceLROnPlateau):
+        monitor = getattr(lr_scheduler, "monitor", None)
+        if monitor is None:
+            raise UsageError(
+                "ReduceLROnPlateau needs a metric to watch: use Lightning's version, "
+                "--lr_scheduler=ReduceLROnPlateau --lr_scheduler.monitor=val/loss (mode min) "
+                "or --lr_scheduler.monitor=val/acc --lr_scheduler.mode=max."
+            )
+        scheduler["monitor"] = monitor
+    if isinstance(lr_scheduler, PER_STEP_SCHEDULERS):
+        scheduler["interval"] = "step"
+    return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+
+def describe(spec: Any) -> str:
+    """`Name(setting=value, ...)` for a class_path/init_args spec, with what differs from defaults.
+
+    jsonargparse keeps the settings a new class shares with the old one (--optimizer=Adam after
+    AdamW keeps its weight_decay): this shows what will actually be built.
+    """
+    if spec is None:
+        return "none"
+    module_name, _, class_name = spec.class_path.rpartition(".")
+    parameters = inspect.signature(getattr(importlib.import_module(module_name), class_name)).parameters
+    defaults = {name: parameter.default for name, parameter in parameters.items()}
+    settings = dict(spec.init_args or {}).items()
+
+    def same(value: Any, default: Any) -> bool:
+        return (tuple(value) if isinstance(value, list) else value) == default
+
+    changed = ", ".join(f"{name}={value}" for name, value in settings if not same(value, defaults.get(name)))
+    return f"{class_name}({changed})"

@@ -1,0 +1,292 @@
+"""The run folder: one `<runs>/version_N` per run, whichever loggers are configured.
+
+Lightning leaves the folder to the first logger: TensorBoard's and CSV's are run folders, a
+tracker's (MLflow, W&B) is not, with `--trainer.logger=false` there is none, and two loggers
+each pick their own next `version_N`. The kit decides instead, in one object:
+
+- **Where.** `<first TensorBoard/CSV logger's save_dir>/<name>`, else
+  `<default_root_dir>/lightning_logs` (Lightning's default logger's). Every TensorBoard and CSV
+  logger writes into the same `version_N` (their `version` argument), and checkpoints go to its
+  `checkpoints/` (`ModelCheckpoint.dirpath`), with or without a logger.
+- **Which run.** A new run takes the next free N when its loggers are built; `fit --ckpt_path=...`
+  on a checkpoint of a run folder continues that folder, locked against a second `fit`.
+  `--ckpt_path=best|last` is a lookup across the runs (`find`).
+- **Tracker runs.** MLflow's and W&B's run ids go to `trackers.json` in the folder; a resumed
+  `fit` or a `test` of its checkpoint logs into the same tracker runs.
+- **The recipe.** `config.yaml` holds the settings as asked: no version, no run id, no resumed
+  checkpoint, so `fit -c config.yaml` trains the run again from scratch.
+
+Nothing is created before the Trainer sets up (the folder of a resumed run already exists), so
+a run refused before that leaves nothing behind; `discard` removes a new run's folder.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import IO, Any
+
+import lightning as L
+import yaml
+from jsonargparse import Namespace
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
+
+from . import trackers
+from .errors import KitError
+from .files import write_atomically
+
+# Loggers that write `<save_dir>/<name>/version_N` run folders.
+RUN_FOLDER_LOGGERS = (TensorBoardLogger, CSVLogger)
+TRACKERS_FILE = trackers.TRACKERS_FILE
+LOCK_FILE = ".fit.lock"
+
+
+class RunFolderError(KitError):
+    """A run folder that cannot be used as asked; the message names it and the fix."""
+
+
+def version_number(folder: Path) -> int | None:
+    """N for a folder named `version_N`, else None."""
+    prefix, _, number = folder.name.partition("_")
+    return int(number) if prefix == "version" and number.isdigit() else None
+
+
+def next_version(runs: Path) -> int:
+    """One more than the highest `version_N` in `runs` (0 in a new folder)."""
+    numbers = [version_number(run) for run in runs.glob("version_*")]
+    return max((number for number in numbers if number is not None), default=-1) + 1
+
+
+class RunFolder:
+    """The current run's folder, and where earlier runs' checkpoints are found.
+
+    Filled in as the CLI learns: `read` the parsed trainer settings, `continue_run` a checkpoint,
+    `configure_loggers` the Trainer builds, `use_for` its checkpoint callbacks.
+    """
+
+    def __init__(self) -> None:
+        self.root_dir = Path(".")
+        self.runs = Path("lightning_logs")  # holds version_0, version_1, ...
+        self.specs: list[Any] = []  # each configured logger's class_path/init_args, as parsed
+        self.default_logger = True  # `trainer.logger` unset: Lightning's default TensorBoard logger
+        self.version: int | str | None = None  # chosen when first needed; a resumed run's N
+        self.resumed = False  # `fit` continues a run folder that already exists
+        self.new = False  # this process chose the next free version: the folder is this run's own
+        self.tracker_runs: dict[str, Any] = {}  # trackers.json of the run this one continues
+        self.recipe: Namespace | None = None  # the subcommand's settings as asked: config.yaml
+        self._lock: IO[str] | None = None
+
+    def read(self, trainer: Any) -> None:
+        """Take the loggers and `default_root_dir` from the parsed `trainer` settings (unchanged)."""
+        self.root_dir = Path(trainer.get("default_root_dir") or ".")
+        self.default_logger = trainer.get("logger") in (None, True)
+        self.specs = logger_specs(trainer)
+        folders = self.folder_specs()
+        self.runs = runs_of(folders[0].init_args) if folders else self.root_dir / "lightning_logs"
+        asked = [spec.init_args.version for spec in folders if spec.init_args.get("version") is not None]
+        if asked:  # a version set in the config names the run folder (N, or a folder name)
+            self.version = asked[0]
+
+    def folder_specs(self) -> list[Any]:
+        """The configured loggers that write `version_N` folders (TensorBoard, CSV)."""
+        return [spec for spec in self.specs if _writes_run_folders(spec)]
+
+    # --- Earlier runs --------------------------------------------------------------------------
+
+    def find(self, which: str) -> Path:
+        """The newest run's `last.ckpt` (`which="last"`) or its best checkpoint (`which="best"`)."""
+        runs = sorted(
+            (run for run in self.runs.glob("version_*") if any((run / "checkpoints").glob("*.ckpt"))),
+            key=lambda run: max(ckpt.stat().st_mtime for ckpt in (run / "checkpoints").glob("*.ckpt")),
+        )
+        pattern = "last.ckpt" if which == "last" else "best-*.ckpt"
+        for run in reversed(runs):
+            matches = sorted((run / "checkpoints").glob(pattern))
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                listing = ", ".join(str(m) for m in matches)
+                raise RunFolderError(
+                    f"--ckpt_path={which} is ambiguous: {run} holds several ({listing}). "
+                    "Pass one as --ckpt_path=PATH."
+                )
+        raise RunFolderError(
+            f"--ckpt_path={which}: no {pattern} in any run under {self.runs}. "
+            "Train first with `python main.py fit`, or pass a checkpoint file as --ckpt_path=PATH."
+        )
+
+    def continue_run(self, checkpoint: Path, resume: bool) -> None:
+        """A checkpoint of one of our runs: its trackers' runs continue; with `resume` (fit), the
+        run folder too, locked at once against a second `fit` of it."""
+        run = checkpoint.resolve().parent.parent
+        if run.parent != self.runs.resolve() or version_number(run) is None:
+            return
+        records = run / TRACKERS_FILE
+        self.tracker_runs = json.loads(records.read_text()) if records.is_file() else {}
+        if resume:
+            if self.version is None:
+                self.version = version_number(run)
+            self.resumed = self.path.resolve() == run
+            if self.resumed and rank_zero_only.rank == 0:
+                self.lock()
+
+    # --- This run ------------------------------------------------------------------------------
+
+    def choose_version(self) -> int | str:
+        """This run's version: asked for, resumed, or else the next free N (chosen once)."""
+        if self.version is None:
+            # The next N free in every TensorBoard/CSV logger's folder: they share it.
+            folders = [runs_of(spec.init_args) for spec in self.folder_specs()]
+            self.version = max(next_version(runs) for runs in [self.runs, *folders])
+            self.new = True
+        return self.version
+
+    @property
+    def path(self) -> Path:
+        """`<runs>/version_N` (or `<runs>/<version>` for a version named in the config)."""
+        version = self.choose_version()
+        return self.runs / (version if isinstance(version, str) else f"version_{version}")
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    def configure_loggers(self, trainer: Any) -> None:
+        """Write this run's folder and tracker runs into the loggers' constructor arguments.
+
+        `trainer` is the settings the Trainer is built from (not the recipe config.yaml saves):
+        each TensorBoard/CSV logger gets this run's `version`, Lightning's default logger is
+        spelt out so that it gets it too, and each tracker its local store and the run it
+        continues.
+        """
+        if self.default_logger and trainer.get("logger") in (None, True):
+            # Lightning's default: TensorBoard, or CSV where neither tensorboard package is installed.
+            tensorboard = any(importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX"))
+            trainer.logger = Namespace(
+                class_path=class_path(TensorBoardLogger if tensorboard else CSVLogger),
+                init_args=Namespace(save_dir=str(self.root_dir), name="lightning_logs"),
+            )
+        self.specs = logger_specs(trainer)  # (LightningCLI may have parsed the config anew since `read`)
+        version = self.choose_version()
+        for spec in self.folder_specs():
+            spec.init_args.version = version
+        for spec in self.specs:
+            tracker = trackers.tracker_class(spec)
+            if tracker is not None:
+                tracker.fill_defaults(spec.init_args, self.root_dir)
+                if tracker.__name__ in self.tracker_runs:
+                    tracker.continue_run(spec.init_args, self.tracker_runs[tracker.__name__])
+
+    def use_for(self, callbacks: list[Any]) -> None:
+        """Checkpoints without a folder of their own go into this run's `checkpoints/`."""
+        for callback in callbacks:
+            if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
+                callback.dirpath = str(self.checkpoints.resolve())
+
+    def lock(self) -> None:
+        """Hold an exclusive lock on the folder until this process ends: one `fit` per run folder."""
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks; nothing to hold
+            return
+        if self._lock is not None:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = (self.path / LOCK_FILE).open("a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            owner = lock.read().strip() or "another process"
+            lock.close()
+            raise RunFolderError(
+                f"{self.path.resolve()} is in use by a running `fit` ({owner}). "
+                "Wait for it to end, or stop it first."
+            ) from None
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()}")
+        lock.flush()
+        self._lock = lock
+
+    def release(self) -> None:
+        """Let go of the lock (the end of a run called from Python)."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def discard(self) -> None:
+        """Remove this run's folder, for a run refused after its loggers started (rank 0).
+
+        Only a folder this process chose as new goes: a resumed run's, or one a config names by
+        its version, stays. (Other DDP ranks may have counted one further: they never remove.)
+        """
+        self.release()
+        if self.new and rank_zero_only.rank == 0 and self.path.is_dir():
+            shutil.rmtree(self.path)
+
+    def record_trackers(self, tracking: list[trackers.Tracker]) -> None:
+        """Write `trackers.json` (rank 0): each tracker's run, for a later process to continue."""
+        records = {type(tracker).__name__: tracker.run_record() for tracker in tracking}
+        write_atomically(self.path / TRACKERS_FILE, json.dumps(records, indent=2) + "\n")
+
+
+class RunConfig(SaveConfigCallback):
+    """Saves the run folder's recipe as its config.yaml (rank 0) and hands it to the trackers.
+
+    The Trainer's loggers were built with this run's version and tracker runs; the recipe is the
+    config as asked, without them (and without a resumed `fit`'s checkpoint), so `fit -c
+    config.yaml` trains the run again from scratch.
+    """
+
+    def __init__(
+        self, parser: Any, config: Namespace, *args: Any, run_folder: RunFolder, **kwargs: Any
+    ) -> None:
+        super().__init__(parser, run_folder.recipe or config, *args, **kwargs)
+        self.run_folder = run_folder
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.already_saved:  # type: ignore[has-type]  # set by SaveConfigCallback
+            return
+        if trainer.is_global_zero:
+            if stage == "fit":
+                self.run_folder.lock()
+            self.save_config(trainer, pl_module, stage)
+        self.already_saved = True
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """config.yaml, the whole config to each tracker (params once; in fit the file as an
+        artifact too), and the trackers' run ids into the run folder."""
+        text = self.parser.dump(self.config, skip_none=False)
+        config_file = self.run_folder.path / self.config_filename
+        write_atomically(config_file, text)
+        tracking = [logger for logger in trainer.loggers if isinstance(logger, trackers.Tracker)]
+        for tracker in tracking:
+            tracker.log_config(yaml.safe_load(text), config_file if stage == "fit" else None)
+        if tracking and stage == "fit":
+            self.run_folder.record_trackers(tracking)
+
+
+def runs_of(init_args: Any) -> Path:
+    """`<save_dir>/<name>`: where a TensorBoard or CSV logger puts its `version_N` folders."""
+    return Path(init_args.save_dir) / (init_args.get("name") or "")
+
+
+def logger_specs(trainer: Any) -> list[Any]:
+    """Each configured logger's `class_path`/`init_args` (none for `logger: false`)."""
+    logger = trainer.get("logger")
+    loggers = logger if isinstance(logger, list) else [logger]
+    return [spec for spec in loggers if isinstance(spec, Namespace) and spec.get("init_args") is not None]
+
+
+def class_path(cls: type) -> str:
+    """The dotted path a config file names a class by."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _writes_run_folders(spec: Any) -> bool:
+    cls = trackers.logger_class(spec)
+    return cls is not None and issubclass(cls, RUN_FOLDER_LOGGERS) and "save_dir" in spec.init_args
