@@ -102,13 +102,17 @@ class DigitsDataModule(KitDataModule):
                 "--data.val_fraction + --data.test_fraction must stay below 1: data to train on."
             )
         self.save_hyperparameters()
-        self.val_fraction, self.test_fraction = val_fraction, test_fraction
-        self.source = "the digits" if data_path is None else f"data file {data_path}"
+        # Read and checked here, not in `setup`: the model is built from the data's shape, and
+        # bad data should stop the run before anything starts.
+        source = "the digits" if data_path is None else f"data file {data_path}"
         images, labels = load_digits() if data_path is None else load_npz(data_path)
-        self.images = self.checked_images(images, self.source)
-        self.labels = self.checked_class_labels(labels, self.source)  # type: ignore[arg-type]
-        # What the model is built from (`model_links`), so it is read here rather than in `setup`.
+        self.images = self.checked_images(images, source)
+        self.labels = self.checked_class_labels(labels, source)  # type: ignore[arg-type]
         self.image_shape, self.num_classes = tuple(self.images.shape[1:]), int(self.labels.max()) + 1
+        self.splits = stratified_split(self.labels, val_fraction, test_fraction, seed)
+        self.check_split_sizes(
+            dict(zip(("train", "val", "test"), map(len, self.splits), strict=True)), source
+        )
         if predict_path is not None:  # checked now, before any training
             images, labels = load_npz(predict_path, self.image_shape)
             inputs = [self.checked_images(images, f"predict file {predict_path}")]
@@ -116,12 +120,8 @@ class DigitsDataModule(KitDataModule):
             self.predict_set = TensorDataset(*inputs, *([] if labels is None else [torch.as_tensor(labels)]))
 
     def setup(self, stage: str) -> None:
-        """Build the splits. Lightning calls this on every process (rank)."""
-        splits = stratified_split(self.labels, self.val_fraction, self.test_fraction, self.seed)
-        self.check_split_sizes(
-            dict(zip(("train", "val", "test"), map(len, splits), strict=True)), self.source
-        )
+        """The datasets the kit loads from. Lightning calls this on every process (rank)."""
         # Any map-style Dataset works here; the kit serves a TensorDataset's batches whole.
         self.train_set, self.val_set, self.test_set = (
-            TensorDataset(self.images[split], self.labels[split]) for split in splits
+            TensorDataset(self.images[split], self.labels[split]) for split in self.splits
         )
