@@ -105,7 +105,8 @@ class KitDataModule(L.LightningDataModule):
         return self._evaluation_loader(self._dataset("test_set"))
 
     def predict_dataloader(self) -> Any:
-        return self._evaluation_loader(self._dataset("predict_set" if self.predict_set else "test_set"))
+        name = "test_set" if self.predict_set is None else "predict_set"
+        return self._evaluation_loader(self._dataset(name))
 
     def _dataset(self, name: str) -> Dataset:
         dataset = getattr(self, name)
