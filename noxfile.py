@@ -16,6 +16,7 @@ ROOT = Path(__file__).parent
 TEMPLATE_TOOLS = ["cookiecutter>=2.6", "pyyaml", "cruft>=2.15"]
 
 nox.options.sessions = ["lint", "typecheck", "tests", "cpu", "ddp_cpu", "gpu", "ddp"]
+nox.options.default_venv_backend = "uv|virtualenv"  # uv where installed: installs in seconds
 
 
 def render(session: nox.Session, **context: str) -> Path:
@@ -40,7 +41,7 @@ def torch_build(project: Path):
 
 
 def run_project_session(session: nox.Session, name: str, min_gpus: int = 0) -> None:
-    session.install("nox", *TEMPLATE_TOOLS)
+    session.install("nox[uv]", *TEMPLATE_TOOLS)  # the project's own nox installs with uv too
     project = render(session)
     gpus = torch_build(project).nvidia_gpu_count()
     if gpus < min_gpus:
@@ -86,6 +87,8 @@ def tests(session: nox.Session) -> None:
     session.install(*builds.pip_requirement(build, version, os.environ.get("TORCH_INDEX_URL")))
     # The generated project's dependencies; its extras' own tests run in the cpu session.
     session.install("-e", f"{project}[test]")
+    # The tests install rendered projects with `python -m pip`, which a uv-made venv lacks.
+    session.install("pip")
     session.run("pytest", "tests", *session.posargs)
 
 

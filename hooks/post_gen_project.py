@@ -25,7 +25,8 @@ def keep_chosen_license(project_dir: Path, license_name: str) -> None:
 
 
 def next_steps(project_dir: Path, torch_build: str) -> str:
-    """The commands a new user needs, in order: torch first, because pip alone would pick a build."""
+    """The commands a new user needs, in order: torch first, because pip alone would pick a build
+    (uv takes the chosen one from pyproject.toml)."""
     commands = [
         (f"cd {shlex.quote(str(project_dir))}", ""),
         (f"pip install torch --index-url {TORCH_INDEX}/{torch_build}", f"the {torch_build} build of PyTorch"),
@@ -37,8 +38,12 @@ def next_steps(project_dir: Path, torch_build: str) -> str:
     ]
     width = max(len(command) for command, why in commands if why)
     lines = [f"  {command.ljust(width)}  # {why}" if why else f"  {command}" for command, why in commands]
+    with_uv = (
+        f"Or with uv (pip install uv), torch's {torch_build} build included: "
+        "uv sync --extra dev && uv run main.py fit"
+    )
     return "\n".join(
-        ["", f"Created {project_dir.name}. Next steps (in a fresh virtual environment):", *lines]
+        ["", f"Created {project_dir.name}. Next steps (in a fresh virtual environment):", *lines, with_uv]
     )
 
 

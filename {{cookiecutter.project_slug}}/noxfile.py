@@ -11,7 +11,10 @@ when the installed torch sees too few (`CUDA_VISIBLE_DEVICES`, MIG, a CPU-only b
 - `TORCH_VERSION`: the torch release; default the one this project is tested with. The
   build label is part of the pin (`torch==2.13.0+cpu`), so no other variant can slip in.
 - `TORCH_INDEX_URL`: where torch comes from; default PyTorch's index for the build. Set it
-  empty (`TORCH_INDEX_URL= nox`) to use pip's own configuration: a mirror or a wheelhouse.
+  empty (`TORCH_INDEX_URL= nox`) to use the installer's own configuration: a mirror or a
+  wheelhouse. Sessions install with uv where it is installed (seconds instead of minutes), else
+  with pip; uv does not read pip's configuration, so hand it the same sources through its own
+  variables (`UV_FIND_LINKS`, `UV_INDEX_URL`, `UV_EXTRA_INDEX_URL`).
 """
 
 import importlib.util
@@ -25,6 +28,7 @@ PACKAGE = "{{ cookiecutter.package_name }}"
 
 nox.options.sessions = ["lint", "typecheck", "cpu", "ddp_cpu", "gpu", "ddp"]
 nox.options.reuse_existing_virtualenvs = True
+nox.options.default_venv_backend = "uv|virtualenv"  # uv where installed: installs in seconds
 
 
 def _load_torch_build():

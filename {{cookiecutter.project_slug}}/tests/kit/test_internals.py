@@ -1,13 +1,31 @@
 """What `kit/internals.py` relies on in Lightning: these fail loudly when Lightning changes it."""
 
+import subprocess
+import sys
+
 import lightning as L
 import pytest
 import torch
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from {{ cookiecutter.package_name }}.kit.internals import logging_switched_off
+from {{ cookiecutter.package_name }}.kit.internals import end_other_ranks, logging_switched_off
 
 from kit_fixtures import FEATURES, TinyModel
+
+
+def test_the_ddp_launcher_still_ends_the_ranks_it_started():
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False, enable_progress_bar=False)
+    launcher = trainer.strategy.launcher
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    launcher.procs.append(rank)  # as launcher.launch does for each rank it starts
+    end_other_ranks(trainer)
+    assert rank.wait(timeout=10) == -9, "the launcher no longer kills the ranks it started"
+
+
+def test_on_one_device_there_are_no_other_ranks_to_end():
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    end_other_ranks(trainer)  # no launcher: nothing to do, and no error
+    assert trainer.strategy.launcher is None
 
 
 def attached_outside_the_loops() -> TinyModel:

@@ -20,6 +20,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
+from . import internals
+
 # Metric names whose direction goes without saying; anything else must state its mode.
 HIGHER_IS_BETTER = ("acc", "f1", "auroc", "precision", "recall", "iou", "hp_metric")
 LOWER_IS_BETTER = ("loss", "error", "mse", "mae")
@@ -143,7 +145,7 @@ class LastCheckpoint(ModelCheckpoint):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         every = self.save_every_n_steps
-        last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        last_batch = batch_idx + 1 >= trainer.num_training_batches
         if every and trainer.global_step % every == 0 and not last_batch:
             self._save(trainer)
 
@@ -385,8 +387,10 @@ class GracefulInterrupt(Callback):
         if self._requested:  # a signal arrived before training started
             self._stop_now(trainer)
 
-    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if batch_idx + 1 >= trainer.num_training_batches:  # an epoch's last step: see above
             return
         if self._distributed:
             stop = trainer.strategy.reduce_boolean_decision(self._requested, all=False)
@@ -423,9 +427,8 @@ class GracefulInterrupt(Callback):
         # Ctrl-C); torchrun and SLURM's srun --kill-on-bad-exit end theirs.
         if self._phase != "idle":
             self._phase = "stopping"  # a signal now must not cut short the saves on the way out
-        launcher = trainer.strategy.launcher
-        if self._distributed and not is_collective_stop(error) and launcher is not None:
-            launcher.kill(signal.SIGKILL)
+        if self._distributed and not is_collective_stop(error):
+            internals.end_other_ranks(trainer)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # The handlers stay: a signal from now until the process exits still means "stopped"

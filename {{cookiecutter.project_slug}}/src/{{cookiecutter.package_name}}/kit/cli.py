@@ -35,6 +35,7 @@ from .callbacks import (
     StopRequested,
 )
 from .compiling import CompileModel
+from .console import ConciseParser, quiet_known_noise
 from .datamodule import KitDataModule, tunes_batch_size
 from .errors import KitError, UsageError
 from .export import check_format
@@ -89,6 +90,8 @@ class KitCLI(LightningCLI):
                 **{name: defaults for name in SUBCOMMANDS},
             },
         )
+        quiet_known_noise()  # library messages no setting can change (kit/console.py)
+        kwargs.setdefault("parser_class", ConciseParser)  # mistakes in a few lines, not 80
         # The run's version_N folder, checkpoints, lock and tracker runs (kit/run_folder.py);
         # its config.yaml is saved by RunConfig, Lightning's SaveConfigCallback made to write there.
         # (`run()` passes one in, to let go of its lock however the run ends.)

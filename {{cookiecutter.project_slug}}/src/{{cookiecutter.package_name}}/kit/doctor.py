@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from .torch_build import TORCH_BUILD, pip_install_command, suggested_build
+from .torch_build import TORCH_BUILD, pip_install_command, suggested_build, uv_install_command
 
 if TYPE_CHECKING:  # imported for real only inside main(), so a broken torch can still be reported
     from .hardware import Driver, Gpu
@@ -51,6 +51,7 @@ def main(argv: Sequence[str] = ()) -> int:
     except ImportError as error:  # torch itself is missing or broken
         print(f"torch cannot be imported ({error}). Install this project's build:")
         print(f"    {pip_install_command()}")
+        print(f"    or with uv: {uv_install_command()}")
         return 1
     facts = gather(hardware)
     print(report(facts))
@@ -134,6 +135,7 @@ def report(facts: Facts) -> str:
         ("Lightning", f"{_package_version('lightning')}; accelerator=auto picks {facts.auto_accelerator}"),
         ("CPU cores", str(facts.cpu_cores)),
         ("Project build", f"{TORCH_BUILD}: {pip_install_command(TORCH_BUILD)}"),
+        ("  with uv", f"uv sync (or {uv_install_command(TORCH_BUILD)})"),
     ]
     width = max(len(name) for name, _ in lines)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in lines)
@@ -212,7 +214,9 @@ def _setup_problem(facts: Facts) -> Problem | None:
 
 def _install(build: str | None) -> str | None:
     """The commands that replace the installed torch with `build` (pip would keep the old one)."""
-    return f"pip uninstall -y torch && {pip_install_command(build)}" if build else None
+    if build is None:
+        return None
+    return f"pip uninstall -y torch && {pip_install_command(build)} (with uv: {uv_install_command(build)})"
 
 
 def _cuda_status(facts: Facts) -> str:

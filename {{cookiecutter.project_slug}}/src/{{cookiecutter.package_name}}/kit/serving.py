@@ -13,7 +13,10 @@ Imports LitServe: import this module only once `export.require(("litserve",), ..
 """
 
 import math
+import multiprocessing
+import os
 import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +65,10 @@ class ClassifierAPI(ls.LitAPI):
         self.class_names = list(class_names) if class_names else None
 
     def setup(self, device: str) -> None:  # in each worker process
+        if multiprocessing.parent_process() is not None:
+            # Ctrl-C reaches every process of the terminal's group: the main process stops this
+            # worker itself once it has shut the server down, so the worker need not (nor print why).
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if self.module is not None:
             module = self.module.to(device).eval()
 
@@ -153,9 +160,34 @@ def serve(
         )
 
     server.app.add_exception_handler(RequestValidationError, unreadable)
-    # SIGTERM (a scheduler, `kill`) stops the server as Ctrl-C does, its worker processes with it;
-    # so does SIGINT even where the shell started this in the background, which ignores it.
-    for stop in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop, signal.default_int_handler)
+    received = stop_on_signals()
     print(f"Serving on http://{host}:{port}/predict (input shape {list(input_shape)}); Ctrl-C stops")
     server.run(host=host, port=port, generate_client_file=False)  # no client.py in the working folder
+    if received:  # LitServe has shut down gracefully and logged it: one line, and the signal's exit code
+        print(f"Stopped serving ({signal.Signals(received[0]).name}).", file=sys.stderr)
+        raise SystemExit(128 + received[0])
+
+
+def stop_on_signals() -> list[int]:
+    """Ctrl-C and SIGTERM stop the server quietly, its worker processes with it; the signals received.
+
+    SIGTERM (a scheduler, `kill`) stops it as Ctrl-C does, and so does SIGINT even where a shell
+    started it in the background (which ignores SIGINT). In this process the first signal becomes
+    the KeyboardInterrupt on which LitServe shuts down; a second one, during that shutdown, waits
+    for it. LitServe's HTTP server process, forked from this one, inherits the handler: uvicorn
+    re-raises the signal it handled once it has stopped, and the process then exits without a
+    traceback.
+    """
+    received: list[int] = []
+    main_process = os.getpid()
+
+    def stop(signum: int, frame: object) -> None:
+        if os.getpid() != main_process:
+            raise SystemExit(128 + signum)
+        received.append(signum)
+        if len(received) == 1:
+            raise KeyboardInterrupt
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+    return received

@@ -1,4 +1,4 @@
-"""Which PyTorch build this project installs, and the pip command that installs it.
+"""Which PyTorch build this project installs, and the pip and uv commands that install it.
 
 PyTorch publishes one wheel per CUDA version on its own package index; pip alone would pick
 PyPI's default build. Standard library only, on purpose: the noxfile and the doctor load this
@@ -35,6 +35,14 @@ def index_url(build: str) -> str:
 def pip_install_command(build: str = TORCH_BUILD) -> str:
     """The exact command that installs torch in this build."""
     return f"pip install torch --index-url {index_url(build)}"
+
+
+def uv_install_command(build: str = TORCH_BUILD) -> str:
+    """The same with uv: `--reinstall-package` replaces an installed torch of another build.
+
+    For good, change the build in pyproject.toml's `[tool.uv.sources]` and run `uv sync`.
+    """
+    return f"uv pip install torch --reinstall-package torch --index-url {index_url(build)}"
 
 
 def pip_requirement(build: str, version: str = TESTED_TORCH_VERSION, index: str | None = None) -> list[str]:

@@ -1,0 +1,62 @@
+"""A new user's first `fit` and `test` print no warning they cannot act on.
+
+Lightning's advertising tips, torchdata's and Lightning's deprecations of torch APIs and the
+note about the kit's own checkpoint callbacks are silenced at their source (kit/console.py);
+any other warning fails this test unless it is on the allow-list below, with why it stays.
+"""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import MAIN, main_py_environment
+
+ALLOWED = (
+    # Lightning, where SLURM is installed but the run was not started with srun: it tells a
+    # SLURM user how to get one process per task. Actionable; absent where there is no srun.
+    "The `srun` command is available on your system but is not used",
+)
+# A warning as Python prints it (`file.py:12: Category: message`, or Lightning's own format
+# without the category), or Lightning's tips.
+WARNING = re.compile(r"^\S+\.py:\d+: |Warning: |💡")
+
+
+def unexpected_warnings(output: str) -> list[str]:
+    lines = re.split(r"[\r\n]", output)  # a progress bar redraws its line with \r
+    return [line for line in lines if WARNING.search(line) and not any(a in line for a in ALLOWED)]
+
+
+@pytest.mark.slow
+def test_fit_and_test_print_only_warnings_a_user_can_act_on(tmp_path):
+    def main_py(*args: str) -> str:
+        result = subprocess.run(
+            [sys.executable, str(MAIN), *args],
+            cwd=tmp_path,
+            env=main_py_environment(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout + result.stderr
+
+    fit = main_py("fit", "--trainer.max_epochs=1")
+    test = main_py("test", "--ckpt_path=best")
+    assert "Test metric" in test  # the run really tested (the table of results)
+    assert unexpected_warnings(fit) == []
+    assert unexpected_warnings(test) == []
+
+
+def test_the_filter_of_this_test_sees_warnings():
+    """The check above can fail: Python's, Lightning's and the tips' formats are all caught."""
+    assert unexpected_warnings("x/y.py:3: UserWarning: something\rEpoch 0: 10%") == [
+        "x/y.py:3: UserWarning: something"
+    ]
+    assert unexpected_warnings("/a/b/call.py:284: Be aware that when using `ckpt_path`") != []
+    assert unexpected_warnings("💡 Tip: For seamless cloud logging") != []
+    assert (
+        unexpected_warnings("/a/slurm.py:204: The `srun` command is available on your system but is not used")
+        == []
+    )
