@@ -1,10 +1,11 @@
 """The user's room is theirs: swap the example's network and data, and the machinery still holds.
 
-A rendered project gets a different network (an MLP, chosen in YAML) and a different data set
-(an ordinary map-style Dataset reading one sample per file from disk, with loader workers), the
-way a user would bring their own. Then it trains, runs DDP on CPU, tunes its batch size and
-resumes exactly after a SIGTERM, through `main.py` as a user runs it; and the kit's own tests
-(`tests/kit`) pass with the user's room gone altogether.
+A rendered project gets a different network (an MLP, chosen in YAML) and a different DataModule
+(a ten-line subclass of the kit's base, serving an ordinary map-style Dataset that reads one
+sample per file from disk, with loader workers), the way a user would bring their own. Then it
+trains, runs DDP on CPU, tunes its batch size and resumes exactly after a SIGTERM, through
+`main.py` as a user runs it; and the kit's own tests (`tests/kit`) pass with the user's room
+gone altogether.
 """
 
 import importlib.util
@@ -27,14 +28,15 @@ MY_PARTS = '''"""A user's own network and data, as they would write them."""
 
 import math
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from .data import DigitsDataModule, stratified_split
-from .sources import load_digits_tensors
+from .data import load_digits, stratified_split
+from .kit.datamodule import KitDataModule
 
 
 class TinyMLP(nn.Module):
@@ -66,25 +68,31 @@ class NpyFiles(Dataset):
         return torch.from_numpy(np.load(path)), int(path.stem.split("_")[1])
 
 
-class FilesDataModule(DigitsDataModule):
-    def __init__(self, folder: Path = Path("samples"), **kwargs) -> None:
-        super().__init__(**kwargs)
+def write_digit_files(folder: Path) -> None:
+    images, labels = load_digits()
+    splits = stratified_split(torch.as_tensor(labels), 0.1, 0.2, seed=0)
+    for name, indices in zip(("train", "val", "test"), splits):
+        (folder / name).mkdir(parents=True)
+        for index in indices.tolist():
+            np.save(folder / name / f"{index:05d}_{labels[index]}.npy", images[index])
+
+
+# The ten-line DataModule: a subclass of the kit's base that provides datasets, nothing else.
+class FilesDataModule(KitDataModule):
+    model_links, image_shape, num_classes = ("image_shape", "num_classes"), (1, 8, 8), 10
+
+    def __init__(self, folder: Path = Path("samples"), batch_size: int | Literal["auto"] = 64, num_workers=0):
+        super().__init__(batch_size, num_workers)
+        self.save_hyperparameters()
         self.folder = folder
 
     def prepare_data(self) -> None:  # once per node: write the files
-        if self.folder.exists():
-            return
-        images, labels = load_digits_tensors()
-        splits = stratified_split(labels, self.val_fraction, self.test_fraction, self.seed)
-        for name, indices in zip(("train", "val", "test"), splits):
-            (self.folder / name).mkdir(parents=True)
-            for index in indices.tolist():
-                np.save(self.folder / name / f"{index:05d}_{int(labels[index])}.npy", images[index].numpy())
+        if not self.folder.exists():
+            write_digit_files(self.folder)
 
     def setup(self, stage: str) -> None:  # on every rank: read them
-        self.train_set = NpyFiles(self.folder / "train")
-        self.val_set = NpyFiles(self.folder / "val")
-        self.test_set = NpyFiles(self.folder / "test")
+        folders = (self.folder / "train", self.folder / "val", self.folder / "test")
+        self.train_set, self.val_set, self.test_set = map(NpyFiles, folders)
 '''
 
 SWAP_CONFIG = f"""model:
@@ -184,7 +192,7 @@ def test_swapped_project_resumes_exactly_with_loader_workers(project, tmp_path):
 
 
 # The user's room: the example's modules, the swap's own, and main.py. The kit never needs them.
-USER_ROOM = ("network.py", "model.py", "data.py", "sources.py", "cli.py", "my_parts.py")
+USER_ROOM = ("network.py", "model.py", "data.py", "cli.py", "my_parts.py")
 
 
 def extras_here(test_file: Path) -> bool:

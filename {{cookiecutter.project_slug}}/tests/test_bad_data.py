@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from {{ cookiecutter.package_name }}.sources import load_digits_tensors
+from {{ cookiecutter.package_name }}.data import DigitsDataModule, load_digits
 
-IMAGES, LABELS = (tensor.numpy() for tensor in load_digits_tensors())
+IMAGES, LABELS = load_digits()
 ONE_NAN = np.where(np.arange(len(LABELS))[:, None, None, None] == 7, np.nan, IMAGES).astype(np.float32)
 STRAY = np.where(np.arange(len(LABELS)) == 5, 50, LABELS)
 NEGATIVE = np.where(np.arange(len(LABELS)) == 5, -1, LABELS)
@@ -47,11 +47,10 @@ def test_a_npy_file_is_refused_naming_the_npz_format(run_main, capsys, tmp_path)
 
 
 def test_uint8_images_are_scaled_to_the_unit_range(tmp_path):
-    from {{ cookiecutter.package_name }}.sources import load_npz_tensors
-
     path = tmp_path / "bytes.npz"
     np.savez(path, images=(IMAGES * 255).round().astype(np.uint8), labels=LABELS)
-    images, labels = load_npz_tensors(path)
+    datamodule = DigitsDataModule(data_path=path)
+    images, labels = datamodule.images, datamodule.labels
     assert str(images.dtype) == "torch.float32"
     assert float(images.max()) == 1.0 and float(images.min()) == 0.0
     assert np.allclose(images.numpy(), IMAGES, atol=1 / 255)

@@ -1,7 +1,6 @@
 """The LightningModule: loss and metrics around whichever network it is given.
 
-Nothing here names a device: Lightning moves the module and every batch to the accelerator
-chosen with `--trainer.accelerator`, and torchmetrics syncs metrics across DDP ranks.
+Nothing here names a device: Lightning places the module and batches, torchmetrics syncs ranks.
 """
 
 import lightning as L
@@ -16,12 +15,9 @@ Batch = tuple[Tensor, Tensor]
 class Classifier(L.LightningModule):
     """Trains `network` with cross-entropy; logs loss and accuracy for train, val and test.
 
-    The network is injected: any `nn.Module` that maps images to class logits, chosen in the
-    config (`model.network.class_path`, default `network.ConvNet`), so another architecture is a
-    new class and two YAML lines. The optimizer and LR scheduler are settings too (`optimizer:`,
-    `lr_scheduler:`; `--optimizer=SGD --optimizer.lr=0.1`): LightningCLI builds
-    `configure_optimizers` from them. `image_shape` and `num_classes` are linked from the
-    DataModule by the CLI (into the network's arguments as well), so they never disagree.
+    The network is injected (`model.network.class_path` in the config), so another architecture
+    is a new class and two YAML lines; the optimizer and LR scheduler are settings too
+    (`--optimizer=SGD --optimizer.lr=0.1`). `image_shape` and `num_classes` come from the data.
     """
 
     def __init__(
@@ -32,12 +28,13 @@ class Classifier(L.LightningModule):
         label_smoothing: float = 0.0,
     ) -> None:
         super().__init__()
+        if not 0 <= label_smoothing < 1:
+            raise ValueError(f"--model.label_smoothing must lie in [0, 1), got {label_smoothing}.")
         self.save_hyperparameters()  # from the CLI: the network's class_path and settings
         self.network = network
         self.loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-        # One metric object per stage: each keeps its own state and syncs across ranks.
-        # No input checks on the per-step metric: they cost time every step (and a GPU sync);
-        # the loss already refuses bad targets.
+        # One metric object per stage, synced across ranks; no input checks on the per-step one
+        # (they cost time every step; the loss already refuses bad targets).
         self.train_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -59,8 +56,7 @@ class Classifier(L.LightningModule):
         return loss
 
     def on_train_epoch_end(self) -> None:
-        # A metric object: Lightning computes it over the epoch and all DDP ranks, then resets it.
-        self.log("train/acc", self.train_acc)
+        self.log("train/acc", self.train_acc)  # a metric object: computed over the epoch and ranks
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, self.val_acc, self.val_loss)
@@ -77,7 +73,7 @@ class Classifier(L.LightningModule):
         self._log_epoch("test", self.test_acc, self.test_loss)
 
     def predict_step(self, batch: Batch | list[Tensor], batch_idx: int) -> dict[str, Tensor]:
-        # Images with labels (the test split), or images alone (a file given as --data.predict_path).
+        # Images with labels (the test split), or images alone (a --data.predict_path file).
         probabilities = self(batch[0]).softmax(dim=-1)
         confidence, predicted = probabilities.max(dim=-1)
         columns = {"predicted": predicted, "confidence": confidence}
@@ -99,7 +95,6 @@ class Classifier(L.LightningModule):
         mean_loss.update(self.loss_fn(logits, targets), weight=targets.numel())
 
     def _log_epoch(self, stage: str, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> None:
-        # Metric objects, logged once per epoch rather than at every batch: Lightning computes
-        # each over all DDP ranks (torchmetrics syncs them), logs it and resets it.
+        # Metric objects, logged once per epoch: computed over all DDP ranks, then reset.
         self.log(f"{stage}/acc", accuracy, prog_bar=True)
         self.log(f"{stage}/loss", mean_loss)

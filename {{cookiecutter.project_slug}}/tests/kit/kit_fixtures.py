@@ -11,24 +11,27 @@ from typing import Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.cli import LightningArgumentParser
 from torch import Tensor, nn
-from torch.utils.data import DistributedSampler, TensorDataset
-from torchdata.stateful_dataloader import StatefulDataLoader
+from torch.utils.data import TensorDataset
 
 from {{ cookiecutter.package_name }}.kit.cli import KitCLI, run
+from {{ cookiecutter.package_name }}.kit.datamodule import KitDataModule
 
 FEATURES, CLASSES, SAMPLES = 4, 3, 240
 IMAGES = "--data.shape=[1,8,8]"  # the blobs as tiny 1x8x8 images, for the TensorBoard pictures
 LR = 0.01  # TinyModel's learning rate, unless --optimizer says otherwise
 
 
-class Blobs(L.LightningDataModule):
+class Blobs(KitDataModule):
     """Three Gaussian blobs: `samples` training points (240) and a quarter as many for validation.
 
-    A point has the shape `shape`: 4 numbers, or an image such as (1, 8, 8). The training loader
-    drops a last, partial batch: BatchNorm cannot train on a batch of one.
+    A point has the shape `shape`: 4 numbers, or an image such as (1, 8, 8); the model takes it
+    as `input_shape` (`model_links`). Training drops a last, partial batch: BatchNorm cannot
+    train on a batch of one.
     """
+
+    model_links = ("input_shape",)
+    drop_last = True
 
     def __init__(
         self,
@@ -36,37 +39,20 @@ class Blobs(L.LightningDataModule):
         seed: int = 0,
         samples: int = SAMPLES,
         shape: tuple[int, ...] = (FEATURES,),
+        num_workers: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(batch_size, num_workers, seed=seed)
         self.save_hyperparameters()
-        self.batch_size = batch_size
-        self.seed = seed
         self.samples = samples
-        self.shape = tuple(shape)
+        self.input_shape = tuple(shape)
 
     def setup(self, stage: str) -> None:
         generator = torch.Generator().manual_seed(self.seed)
-        centres = 3 * torch.randn(CLASSES, *self.shape, generator=generator)
+        centres = 3 * torch.randn(CLASSES, *self.input_shape, generator=generator)
         labels = torch.arange(self.samples + self.samples // 4) % CLASSES
-        points = centres[labels] + torch.randn(len(labels), *self.shape, generator=generator)
+        points = centres[labels] + torch.randn(len(labels), *self.input_shape, generator=generator)
         self.train_set = TensorDataset(points[: self.samples], labels[: self.samples])
-        self.val_set = TensorDataset(points[self.samples :], labels[self.samples :])
-
-    def train_dataloader(self) -> StatefulDataLoader:
-        trainer = self.trainer
-        sampler: DistributedSampler[int] = DistributedSampler(
-            self.train_set,
-            num_replicas=trainer.world_size if trainer is not None else 1,
-            rank=trainer.global_rank if trainer is not None else 0,
-            shuffle=True,
-            seed=self.seed,
-        )
-        sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
-        batch_size = int(self.batch_size)
-        return StatefulDataLoader(self.train_set, batch_size=batch_size, sampler=sampler, drop_last=True)
-
-    def val_dataloader(self) -> StatefulDataLoader:
-        return StatefulDataLoader(self.val_set, batch_size=int(self.batch_size))
+        self.val_set = self.test_set = TensorDataset(points[self.samples :], labels[self.samples :])
 
 
 def fake_memory_limit() -> int | None:
@@ -130,10 +116,6 @@ class TinyModel(L.LightningModule):
 class FixtureCLI(KitCLI):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(TinyModel, Blobs, **kwargs)
-
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        super().add_arguments_to_parser(parser)
-        parser.link_arguments("data.shape", "model.input_shape")  # the model takes the data's shape
 
 
 if __name__ == "__main__":

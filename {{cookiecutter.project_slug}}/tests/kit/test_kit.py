@@ -137,28 +137,3 @@ def test_the_check_lets_the_kits_own_imports_through():
     assert example_uses(kit_imports, in_kit=True) == []
     assert example_uses(f"from {PACKAGE}.kit.cli import KitCLI\nfrom kit_fixtures import Blobs", False) == []
     assert example_uses("print('python main.py doctor')", in_kit=True) == [], "naming main.py is fine"
-
-
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_whole_batch_loading_gives_the_batches_per_sample_loading_gives(num_workers):
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from {{ cookiecutter.package_name }}.kit.batching import TensorBatchDataset, collate
-
-    images, labels = torch.randn(50, 1, 4, 4), torch.randint(0, 3, (50,))
-
-    def batches(dataset):
-        loader = DataLoader(
-            dataset,
-            batch_size=8,
-            shuffle=True,
-            num_workers=num_workers,
-            collate_fn=collate,
-            generator=torch.Generator().manual_seed(0),
-        )
-        return list(loader)
-
-    stacked, per_sample = batches(TensorBatchDataset(images, labels)), batches(TensorDataset(images, labels))
-    assert len(stacked) == len(per_sample) == 7 and stacked[-1][0].shape == (2, 1, 4, 4)
-    for (x, y), (x_ref, y_ref) in zip(stacked, per_sample, strict=True):
-        assert torch.equal(x, x_ref) and torch.equal(y, y_ref)

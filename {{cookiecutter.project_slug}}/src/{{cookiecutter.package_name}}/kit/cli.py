@@ -9,6 +9,7 @@ one line with exit code 2 for mistakes a user can fix.
 """
 
 import errno
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,6 +37,7 @@ from .callbacks import (
 from .checkpoint_io import AtomicCheckpointIO
 from .compiling import CompileModel
 from .console import ConciseParser, quiet_known_noise
+from .datamodule import KitDataModule, tunes_batch_size
 from .errors import KitError, UsageError
 from .export import check_format
 from .optimizers import configure_optimizers, describe
@@ -126,6 +128,7 @@ class KitCLI(LightningCLI):
         # Lightning's default bar (Rich, when installed) redraws 100 times a second from a second
         # thread: in a terminal that slows a small model's steps by a third.
         parser.set_defaults({"progress_bar.refresh_rate": 10})
+        link_model_to_data(parser, self.model_class, self.datamodule_class)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Resolve `--ckpt_path=best|last` and check the file before Lightning reads it.
@@ -170,11 +173,6 @@ class KitCLI(LightningCLI):
             # fit continues the checkpoint's run folder; e.g. `test --ckpt_path=best` logs into
             # the trained run's tracker runs.
             self.run_folder.continue_run(Path(config.ckpt_path), resume=self.subcommand == "fit")
-        if self.subcommand != "fit" and config.get("data", Namespace()).get("batch_size") == "auto":
-            raise UsageError(
-                f"--data.batch_size=auto is resolved by `fit` only; `{self.subcommand}` needs a number, "
-                "e.g. the one fit chose: it is in the run's config.yaml."
-            )
         # config.yaml: the settings as asked; the loggers are built with the run folder's.
         self.run_folder.recipe = config.clone()
         if self.subcommand == "fit":
@@ -202,6 +200,8 @@ class KitCLI(LightningCLI):
         # user, not tracebacks.
         try:
             super().instantiate_classes()
+            if self.subcommand != "fit" and isinstance(self.datamodule, KitDataModule):
+                self.datamodule.fixed_batch_size()  # refuses batch_size=auto, which fit alone resolves
         except ValueError as error:
             raise UsageError(one_line(error)) from error
 
@@ -225,7 +225,7 @@ class KitCLI(LightningCLI):
                     LastCheckpoint(**config.last_checkpoint),
                 ]
                 callbacks += checkpoints
-            if self.datamodule.batch_size == "auto" or config.tuner.scale_lr != "none":
+            if tunes_batch_size(self.datamodule) or config.tuner.scale_lr != "none":
                 callbacks.append(BatchSizeTuner(**config.tuner))
         if config.compile.enabled:
             callbacks.append(CompileModel(**config.compile))
@@ -234,6 +234,17 @@ class KitCLI(LightningCLI):
         ):
             callbacks.append(TQDMProgressBar(**config.progress_bar))
         return callbacks
+
+
+def link_model_to_data(parser: LightningArgumentParser, model_class: type, datamodule_class: type) -> None:
+    """Pass each of the DataModule's `model_links` (`KitDataModule`) to the model's argument of the
+    same name, and to its injected `network`'s, once the DataModule is built."""
+    parameters = inspect.signature(model_class).parameters
+    for name in datamodule_class.model_links if issubclass(datamodule_class, KitDataModule) else ():
+        targets = [f"model.{name}"] if name in parameters else []
+        targets += [f"model.network.init_args.{name}"] if "network" in parameters else []
+        for target in targets:
+            parser.link_arguments(f"data.{name}", target, apply_on="instantiate")
 
 
 def one_line(error: BaseException) -> str:

@@ -1,8 +1,10 @@
-"""Checks on classification data as it is loaded, so bad data fails in one line before training.
+"""Checks on data as it is loaded, so bad data fails in one line before training.
 
-Without them, a label of -1 fails mid-training with a long IndexError, a stray label of 50
-silently builds a 51-class model, float labels are truncated, 0-255 images train unscaled and
-a NaN turns the loss into NaN at the first step.
+Any DataModule can call them (a `KitDataModule` subclass has them as methods): images for any
+task, class labels for classification, float targets for regression. Without them, a label of
+-1 fails mid-training with a long IndexError, a stray label of 50 silently builds a 51-class
+model, float labels are truncated, 0-255 images train unscaled and a NaN turns the loss into NaN
+at the first step.
 """
 
 from collections.abc import Mapping
@@ -14,7 +16,7 @@ from .errors import KitError
 
 
 class DataError(KitError, ValueError):
-    """The data cannot train a classifier as it is; the message names the source and the fix."""
+    """The data cannot train the model as it is; the message names the source and the fix."""
 
 
 def checked_images(images: np.ndarray, source: str) -> torch.Tensor:
@@ -73,6 +75,19 @@ def checked_labels(labels: np.ndarray, source: str) -> torch.Tensor:
             f"({len(missing)} of {labels.max() + 1}); renumber the classes 0..K-1 without gaps"
         )
     return torch.as_tensor(labels)
+
+
+def checked_targets(targets: np.ndarray, source: str) -> torch.Tensor:
+    """float32 regression targets, one row per sample: numbers, none NaN or infinite."""
+    if targets.dtype.kind not in "uif":
+        raise DataError(f"{source}: targets are {targets.dtype}, not numbers")
+    if targets.size == 0:
+        raise DataError(f"{source}: holds no samples")
+    bad = ~np.isfinite(targets.astype(np.float64))
+    if bad.any():
+        first = np.nonzero(bad.reshape(len(targets), -1).any(axis=1))[0][0]
+        raise DataError(f"{source}: {bad.sum()} NaN or infinite target value(s), the first at index {first}")
+    return torch.as_tensor(targets, dtype=torch.float32)
 
 
 def check_split_sizes(sizes: Mapping[str, int], source: str) -> None:

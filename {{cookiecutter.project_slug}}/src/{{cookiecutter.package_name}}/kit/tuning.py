@@ -29,6 +29,9 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from torchmetrics import Metric
 
+from .datamodule import tunes_batch_size
+from .internals import logging_switched_off
+
 SearchMode = Literal["power", "binsearch"]
 LrScaling = Literal["none", "linear"]
 
@@ -96,7 +99,7 @@ class BatchSizeTuner(Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         datamodule = trainer.datamodule
-        if getattr(datamodule, "batch_size", None) == "auto":
+        if tunes_batch_size(datamodule):
             record_batch_size(trainer, datamodule, self.tune(trainer, pl_module, datamodule))
         if self.scale_lr == "linear":
             scale_learning_rates(trainer, datamodule.batch_size / self.reference_batch_size)
@@ -165,7 +168,7 @@ def train_steps(trainer: L.Trainer, module: L.LightningModule, loader: DataLoade
     """`steps` optimizer steps on `module` itself: no loop, no callbacks, no DDP communication."""
     for batch_idx, batch in enumerate(itertools.islice(itertools.cycle(loader), steps)):
         batch = trainer.strategy.batch_to_device(trainer.precision_plugin.convert_input(batch))
-        with without_logging(module), trainer.precision_plugin.train_step_context():
+        with logging_switched_off(module), trainer.precision_plugin.train_step_context():
             output = module.training_step(batch, batch_idx)
         loss = output["loss"] if isinstance(output, Mapping) else output
         if loss is None:
@@ -174,20 +177,6 @@ def train_steps(trainer: L.Trainer, module: L.LightningModule, loader: DataLoade
         for optimizer in trainer.optimizers:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-
-
-@contextlib.contextmanager
-def without_logging(module: L.LightningModule) -> Iterator[None]:
-    """Trial steps are not training: `self.log` does nothing in them.
-
-    The trainer stays attached, so a `training_step` that reads `self.trainer` (the epoch, the
-    step) runs in a trial as it does in training. Instance attributes shadow the methods.
-    """
-    module.log = module.log_dict = lambda *args, **kwargs: None  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del module.log, module.log_dict
 
 
 @contextlib.contextmanager
