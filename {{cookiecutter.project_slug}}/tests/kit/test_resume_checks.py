@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-from lightning.fabric.plugins import TorchCheckpointIO
 import torch
 import yaml
+from lightning.fabric.plugins import TorchCheckpointIO
 
 from {{ cookiecutter.package_name }}.kit.checkpoint_io import AtomicCheckpointIO
 
