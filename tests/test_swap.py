@@ -232,7 +232,11 @@ def test_the_kits_tests_pass_whatever_the_users_room_holds(project, tmp_path):
         name for name in kit_tests if name not in SLOW_THROUGHOUT and extras_here(bare / "tests/kit" / name)
     ]
     expected = {f"PASSED tests/kit/{name}" for name in runnable}
-    assert passed == expected, f"every kit test file ran ({', '.join(SLOW_THROUGHOUT)} are slow throughout)"
+    # A file whose extra is missing may still pass its tests that need none (and skip the rest).
+    possible = {f"PASSED tests/kit/{name}" for name in kit_tests if name not in SLOW_THROUGHOUT}
+    assert expected <= passed <= possible, (
+        f"every kit test file ran ({', '.join(SLOW_THROUGHOUT)} are slow throughout)"
+    )
     assert {"test_kit.py", "test_tuning.py", "test_visuals.py"} <= set(runnable)
     resumed = "PASSED tests/kit/test_kit.py::test_the_kit_resumes_any_model_exactly_after_sigterm"
     assert resumed in result.stdout, "the kit's slow promises ran too"

@@ -46,11 +46,12 @@ def load_npz(path: Path, shape: tuple[int, ...] | None = None) -> tuple[np.ndarr
             labels = arrays["labels"] if shape is None or "labels" in arrays else None
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
         raise ValueError(f"{what} {path} is not {NPZ_FORMAT} ({error})") from None
+    if shape is not None and images.shape[1:] != shape:
+        expected = f"an .npz file with an array 'images' (N, {', '.join(map(str, shape))})"
+        raise ValueError(f"{what} {path} holds images {images.shape}; the model takes {expected}")
     if images.ndim != 4 or (labels is not None and labels.shape != (len(images),)):
         shapes = f"images {images.shape}" + ("" if labels is None else f" and labels {labels.shape}")
         raise ValueError(f"{what} {path} holds {shapes}; expected {NPZ_FORMAT}")
-    if shape is not None and images.shape[1:] != shape:
-        raise ValueError(f"{what} {path} holds images {images.shape}; the model takes (N, *{shape})")
     if shape is not None and labels is not None and labels.dtype.kind not in "iu":
         raise ValueError(f"{what} {path}: labels {labels.dtype} are not class numbers")
     return images, labels
@@ -98,9 +99,7 @@ class DigitsDataModule(KitDataModule):
             if not 0 < fraction < 1:
                 raise ValueError(f"--data.{flag} must lie between 0 and 1, e.g. 0.1; got {fraction}.")
         if val_fraction + test_fraction >= 1:
-            raise ValueError(
-                "--data.val_fraction + --data.test_fraction must stay below 1: data to train on."
-            )
+            raise ValueError("--data.val_fraction + --data.test_fraction must be below 1: data to train on.")
         self.save_hyperparameters()
         # Read and checked here, not in `setup`: the model is built from the data's shape, and
         # bad data should stop the run before anything starts.
