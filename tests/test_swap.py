@@ -118,6 +118,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     )
     (project / "swap.yaml").write_text(SWAP_CONFIG)
+    # The example's data settings (val_fraction, seed, ...) are not FilesDataModule's: a user who
+    # brings their own DataModule edits default.yaml's `data:` to the settings it takes.
+    default = project / "configs" / "default.yaml"
+    config = yaml.safe_load(default.read_text())
+    config["data"] = {key: config["data"][key] for key in ("batch_size", "num_workers")}
+    default.write_text(yaml.safe_dump(config))
     pip_install(project, "3.11")
     return project
 
