@@ -130,5 +130,5 @@ def test_under_ddp_rank_zero_draws_a_confusion_matrix_of_every_rank(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "lightning_logs").glob("version_0")
     (summary,) = text(events(run_dir), "val/confusion_matrix")
-    # 59 images split over 2 ranks; the sampler repeats one so that both get 30.
-    assert " of 60." in summary, summary
+    # 59 images split over 2 ranks (30 + 29): each counted once, none repeated to even the shares.
+    assert " of 59." in summary, summary
