@@ -89,7 +89,11 @@ def tests(session: nox.Session) -> None:
     session.install("-e", f"{project}[test]")
     # The tests install rendered projects with `python -m pip`, which a uv-made venv lacks.
     session.install("pip")
-    session.run("pytest", "tests", *session.posargs)
+    # Test files side by side (pytest-xdist, from the project's test extra), each whole on one
+    # worker: a file's rendered projects are installed into this one environment in turn.
+    session.run(
+        "pytest", "--numprocesses=auto", "--maxprocesses=4", "--dist=loadfile", "tests", *session.posargs
+    )
 
 
 @nox.session
