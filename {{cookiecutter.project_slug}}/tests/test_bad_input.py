@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from torch import Tensor, nn
 
 from conftest import MAIN, PROJECT_ROOT, main_py_environment
-from digits_classifier.cli import cli_main
-from digits_classifier.kit import doctor, sweep
+from {{ cookiecutter.package_name }}.cli import cli_main
+from {{ cookiecutter.package_name }}.kit import doctor, sweep
 
 from kit_testing import free_port, post_json, stop_server, wait_until_serving
 
@@ -57,6 +57,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (folder / "a_file").write_text("not a folder\n")
     (folder / "binary.yaml").write_bytes(b"\x80\x81\xff\x00")
     (folder / "not_a_checkpoint.ckpt").write_text("hello\n")
+    (folder / "a_folder").mkdir()
+    np.savez(
+        folder / "tiny.npz", images=np.random.default_rng(0).random((60, 1, 1, 1)), labels=np.arange(60) % 2
+    )
     yield folder
 
 
@@ -122,6 +126,7 @@ LIGHTNING = {
         ["fit", "--data.val_fraction=0.5", "--data.test_fraction=0.5"],
         "must be below 1",
     ),
+    "fit: images too small": (["fit", "--data.data_path=tiny.npz"], "1x1 images are too small"),
     "fit: missing data file": (["fit", "--data.data_path=missing.npz"], "missing.npz"),
     "fit: root dir below a file": (["fit", "--trainer.default_root_dir=a_file/runs"], "a_file is a file"),
     "fit: binary -c file": (["fit", "-c", "binary.yaml"], "binary.yaml is not a text"),
@@ -135,6 +140,7 @@ LIGHTNING = {
     "predict: missing file": (["predict", "--ckpt_path=best", "--data.predict_path=nope.npz"], "nope.npz"),
     "export: no checkpoint": (["export"], "--ckpt_path"),
     "export: unknown format": (["export", "--ckpt_path=best", "--format=xyz"], "--format=xyz"),
+    "export: output is a folder": (["export", "--ckpt_path=best", "--output=a_folder"], "--output=a_folder"),
     "export: output below a file": (["export", "--ckpt_path=best", "--output=a_file/net.onnx"], "a_file"),
     "serve: no model": (["serve"], "--ckpt_path"),
     "serve: privileged port": (["serve", "--ckpt_path=best", "--port=80"], "--port=80"),

@@ -188,8 +188,13 @@ class KitCLI(LightningCLI):
             rank_zero_info("Optimizer: {}; LR scheduler: {}".format(*described))
         elif self.subcommand == "export":
             check_format(config.format)
-            if config.get("output") and (file := blocking_file(Path(config.output).parent)) is not None:
-                raise UsageError(f"--output={config.output}: {file} is a file, not a folder; choose another")
+            output = Path(config.output) if config.get("output") else None
+            if output is not None and output.is_dir():
+                raise UsageError(
+                    f"--output={output} is a folder: name the file to write, e.g. {output}/net.onnx"
+                )
+            if output is not None and (file := blocking_file(output.parent)) is not None:
+                raise UsageError(f"--output={output}: {file} is a file, not a folder; choose another")
             if config.get("ckpt_path") is None:
                 raise UsageError("export needs trained weights: --ckpt_path=best, --ckpt_path=last or a file")
         elif self.subcommand == "serve":
