@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from conftest import MAIN, PROJECT_ROOT, main_py_environment
+from conftest import MAIN, PROJECT_ROOT, extra, main_py_environment
 from {{ cookiecutter.package_name }}.cli import cli_main
 from {{ cookiecutter.package_name }}.kit import doctor, sweep
 
@@ -239,6 +239,7 @@ FIT_COMMAND = [sys.executable, str(MAIN), "fit"]
 
 
 def test_sweep_refuses_in_one_line(project, capsys):
+    extra("optuna", "sweep")
     bad_space = project / "space.yaml"
     bad_space.write_text("params: [unclosed\n")
     for argv, naming in [
@@ -252,6 +253,7 @@ def test_sweep_refuses_in_one_line(project, capsys):
 
 
 def test_a_damaged_sweep_journal_is_named_and_left_as_it_is(project, capsys, monkeypatch):
+    extra("optuna", "sweep")
     journal = project / "logs" / "sweeps" / "damaged" / "journal.log"
     journal.parent.mkdir(parents=True)
     journal.write_text('{"op_code": 0, "worker_id": "w"\ngarbage\n')
@@ -283,6 +285,7 @@ CAP = 4096  # the server's --max_request_bytes in these tests
 
 @pytest.fixture(scope="module")
 def server(project: Path) -> Iterator[str]:
+    extra("litserve", "serve")
     port = free_port()
     command = [
         sys.executable,

@@ -44,7 +44,7 @@ from .export import check_format
 from .files import blocking_file
 from .optimizers import configure_optimizers, describe
 from .run_folder import RunConfig, RunFolder, class_path
-from .trainer import KitTrainer, check_port
+from .trainer import KitTrainer, check_serving
 from .tuning import BatchSizeTuner
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict", "export", "serve")
@@ -200,7 +200,8 @@ class KitCLI(LightningCLI):
         elif self.subcommand == "serve":
             if (not config.get("ckpt_path")) == (config.get("exported") is None):
                 raise UsageError("serve needs one model: --ckpt_path=best|last|PATH or --exported=FILE")
-            check_port(config.host, config.port)
+            limits = (config.max_batch_size, config.batch_timeout, config.max_request_bytes)
+            check_serving(config.host, config.port, *limits)
         elif self.subcommand in ("validate", "test", "predict") and config.get("ckpt_path") is None:
             rank_zero_warn(
                 f"`{self.subcommand}` without --ckpt_path runs the model's initial, untrained weights. "

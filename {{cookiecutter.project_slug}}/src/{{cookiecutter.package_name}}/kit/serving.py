@@ -15,7 +15,6 @@ more numbers than the model's input holds (its nesting is checked level by level
 Imports LitServe: import this module only once `export.require(("litserve",), ...)` passed.
 """
 
-import math
 import multiprocessing
 import os
 import signal
@@ -35,7 +34,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from torch import Tensor, nn
 
-from .export import ExportError, Runner, load
+from .export import Runner, load
 
 
 @dataclass
@@ -216,11 +215,9 @@ def serve(
     batch_timeout: float = 0.005,
     max_request_bytes: int = 10_000_000,
 ) -> None:
-    """Serve until Ctrl-C or SIGTERM, which both stop LitServe's worker processes too."""
-    if max_batch_size < 1 or batch_timeout < 0 or not math.isfinite(batch_timeout):
-        raise ExportError("--max_batch_size must be 1 or more and --batch_timeout 0 or more (seconds)")
-    if max_request_bytes < 1:
-        raise ExportError(f"--max_request_bytes must be 1 or more, got {max_request_bytes}")
+    """Serve until Ctrl-C or SIGTERM, which both stop LitServe's worker processes too.
+
+    The settings are checked first by `KitTrainer.serve` (`kit.trainer.check_serving`)."""
     api = ClassifierAPI(input_shape, module, exported, class_names, max_batch_size, batch_timeout)
     if exported is not None:
         accelerator = "cpu"  # exported files run on the CPU here

@@ -7,6 +7,7 @@ same configs as `fit`, and `--ckpt_path=best|last|PATH` restores the network the
 Everything else about the Trainer is Lightning's, unchanged.
 """
 
+import math
 import socket
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,7 @@ class KitTrainer(L.Trainer):
             max_request_bytes: Larger request bodies are answered with 413, unread: decoding
                 them would hold up every other client.
         """
+        check_serving(host, port, max_batch_size, batch_timeout, max_request_bytes)
         require(("litserve",), "serve", "serve")
         from .serving import serve  # imports LitServe
 
@@ -116,8 +118,14 @@ class KitTrainer(L.Trainer):
         return Path(ckpt_path)
 
 
-def check_port(host: str, port: int) -> None:
-    """Refuse a `--host`/`--port` that LitServe cannot listen on, before anything starts."""
+def check_serving(
+    host: str, port: int, max_batch_size: int, batch_timeout: float, max_request_bytes: int
+) -> None:
+    """Refuse `serve` settings that cannot work, a port in use included, before anything starts."""
+    if max_batch_size < 1 or batch_timeout < 0 or not math.isfinite(batch_timeout):
+        raise ExportError("--max_batch_size must be 1 or more and --batch_timeout 0 or more (seconds)")
+    if max_request_bytes < 1:
+        raise ExportError(f"--max_request_bytes must be 1 or more, got {max_request_bytes}")
     if host not in ("127.0.0.1", "0.0.0.0", "::"):
         raise ExportError(f"--host={host}: serve listens on 127.0.0.1 (this machine), 0.0.0.0 or ::")
     if not 1024 <= port <= 65535:
