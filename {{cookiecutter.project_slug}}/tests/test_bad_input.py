@@ -173,6 +173,12 @@ def test_a_network_failing_in_its_first_forward_leaves_no_run_behind(project):
     with pytest.raises(RuntimeError, match="broken on purpose"):
         cli_main(["fit", f"--model.network={__name__}.BrokenNetwork", *TINY])
     assert snapshot(project / "logs") == before
+    # A root folder the run made for itself goes too, up to the first folder that was there.
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        cli_main(
+            ["fit", f"--model.network={__name__}.BrokenNetwork", "--trainer.default_root_dir=new/runs", *TINY]
+        )
+    assert not (project / "new").exists()
 
 
 # --- predict: generated files ---------------------------------------------------------------------
