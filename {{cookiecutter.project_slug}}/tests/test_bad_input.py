@@ -8,6 +8,7 @@ serve bodies are generated (hypothesis) rather than listed.
 """
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,14 +38,18 @@ TINY = (
 
 
 class BrokenNetwork(nn.Module):
-    """A network whose first forward fails: a fault no constructor check can see."""
+    """A network that fails once it has trained `steps` batches: a fault no constructor check can see."""
 
-    def __init__(self, image_shape: tuple[int, int, int], num_classes: int) -> None:
+    def __init__(self, image_shape: tuple[int, int, int], num_classes: int, steps: int = 0) -> None:
         super().__init__()
-        self.layer = nn.Linear(1, num_classes)
+        self.layer = nn.Linear(int(np.prod(image_shape)), num_classes)
+        self.steps = steps
 
     def forward(self, images: Tensor) -> Tensor:
-        raise RuntimeError("broken on purpose")
+        if self.steps == 0:
+            raise RuntimeError("broken on purpose")
+        self.steps -= self.training
+        return self.layer(images.flatten(1))
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +184,15 @@ def test_a_network_failing_in_its_first_forward_leaves_no_run_behind(project):
             ["fit", f"--model.network={__name__}.BrokenNetwork", "--trainer.default_root_dir=new/runs", *TINY]
         )
     assert not (project / "new").exists()
+
+
+def test_a_run_that_failed_after_training_a_step_keeps_its_folder(project):
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        network = [f"--model.network={__name__}.BrokenNetwork", "--model.network.init_args.steps=1"]
+        cli_main(["fit", *network, "--trainer.default_root_dir=kept", *TINY])
+    run = project / "kept" / "lightning_logs" / "version_0"
+    assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+    shutil.rmtree(project / "kept")
 
 
 # --- predict: generated files ---------------------------------------------------------------------

@@ -224,6 +224,7 @@ class KitCLI(LightningCLI):
         callbacks = [*(config.trainer.get("callbacks") or []), *self.subcommand_callbacks(config)]
         self.run_folder.use_for(callbacks)  # checkpoints go into the run folder, whatever the loggers
         trainer = super().instantiate_trainer(callbacks=callbacks, **kwargs)
+        self.run_folder.trainer = trainer  # a run that fails before its first step leaves no folder
         # Every checkpoint written whole or not at all, by whichever writer the strategy has.
         trainer.strategy.checkpoint_io = AtomicCheckpointIO(trainer.strategy.checkpoint_io)
         hardware.use_tensor_cores(trainer.accelerator)
@@ -294,7 +295,7 @@ def run(
     try:
         return run_to_the_end(cli_class, args, default_config_files, user_errors, run_folder)
     except BaseException as error:
-        # A new run that failed before its first checkpoint leaves no folder for best/last to find.
+        # A new run that failed before its first optimizer step leaves no folder behind (run_folder.py).
         if not isinstance(error, SystemExit) or error.code not in (0, None, EXIT_STOPPED):
             run_folder.discard_unfinished()
         raise

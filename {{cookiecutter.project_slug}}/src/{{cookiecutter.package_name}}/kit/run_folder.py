@@ -17,10 +17,11 @@ each pick their own next `version_N`. The kit decides instead, in one object:
   checkpoint, so `fit -c config.yaml` trains the run again from scratch.
 
 Nothing is created before the Trainer sets up (the folder of a resumed run already exists), so
-a run refused before that leaves nothing behind. A new run that fails later without a single
-checkpoint (a network whose first forward fails, an empty predict set) has its folder removed by
-`discard_unfinished`, with the empty parent folders it made: `best`/`last` never find a run that
-never trained. A resumed run's folder, and a run with a checkpoint, stay.
+a run refused before that leaves nothing behind. A new run that fails later, before its first
+optimizer step and so without a checkpoint (a network whose first forward fails, an empty predict
+set), has its folder removed by `discard_unfinished`, with the empty parent folders it made:
+nothing is left for TensorBoard to list or `best`/`last` to walk past. A resumed run's folder,
+and a run that trained (its curves show how it failed), stay.
 """
 
 import contextlib
@@ -84,6 +85,7 @@ class RunFolder:
         self.recipe: Namespace | None = None  # the subcommand's settings as asked: config.yaml
         self.made: list[Path] = []  # this new run's version_N folder(s), and the parents they need
         self.made_parents: list[Path] = []
+        self.trainer: L.Trainer | None = None  # this run's, once built: how far it got
         self._lock: IO[str] | None = None
 
     def read(self, trainer: Any) -> None:
@@ -255,8 +257,10 @@ class RunFolder:
                 folder.rmdir()
 
     def discard_unfinished(self) -> None:
-        """`discard`, for a run that ends in an error before its first checkpoint."""
-        if self.new and not any(self.path.glob("checkpoints/*.ckpt")):
+        """`discard`, for a run that ends in an error before its first optimizer step."""
+        if not self.new or (self.trainer is not None and self.trainer.global_step > 0):
+            return
+        if not any(self.path.glob("checkpoints/*.ckpt")):
             self.discard()
 
     def record_trackers(self, tracking: list[trackers.Tracker]) -> None:
