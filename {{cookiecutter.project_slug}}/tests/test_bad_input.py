@@ -138,6 +138,10 @@ LIGHTNING = {
     "fit: missing -c file": (["fit", "-c", "missing.yaml"], "missing.yaml"),
     "fit: misspelt flag": (["fit", "--trainer.max_epoch=1"], "max_epoch"),
     "fit: unknown accelerator": (["fit", "--trainer.accelerator=banana"], "banana"),
+    "validate: no run to be best": (
+        ["validate", "--ckpt_path=best", "--trainer.default_root_dir=a_folder"],
+        "--ckpt_path=best",
+    ),
     "validate: missing checkpoint": (["validate", "--ckpt_path=missing.ckpt"], "missing.ckpt"),
     "test: not a checkpoint": (["test", "--ckpt_path=not_a_checkpoint.ckpt"], "not_a_checkpoint.ckpt"),
     "test: root dir is a file": (["test", "--ckpt_path=best", "--trainer.default_root_dir=a_file"], "a_file"),
