@@ -1,6 +1,6 @@
 """Checks for the template itself: `nox -l` lists the sessions, `nox` runs the default ones.
 
-The accelerator sessions (cpu, ddp_cpu, gpu, ddp) render a project and run the session of
+The project sessions (cpu, kit, ddp_cpu, slurm, gpu, ddp) render a project and run the session of
 the same name from the generated project's own noxfile, so the template is tested exactly
 as its users meet it. How torch gets installed (TORCH_BUILD, TORCH_VERSION,
 TORCH_INDEX_URL) is explained at the top of `{{cookiecutter.project_slug}}/noxfile.py`.
@@ -15,7 +15,7 @@ import nox
 ROOT = Path(__file__).parent
 TEMPLATE_TOOLS = ["cookiecutter>=2.6", "pyyaml", "cruft>=2.15"]
 
-nox.options.sessions = ["lint", "typecheck", "tests", "cpu", "ddp_cpu", "slurm", "gpu", "ddp"]
+nox.options.sessions = ["lint", "typecheck", "tests", "cpu", "kit", "ddp_cpu", "slurm", "gpu", "ddp"]
 nox.options.default_venv_backend = "uv|virtualenv"  # uv where installed: installs in seconds
 
 
@@ -94,8 +94,14 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def cpu(session: nox.Session) -> None:
-    """Render a project; install it with every extra; run its tests (DDP ones aside) on the CPU."""
+    """Render a project; install it with every extra; run the example's tests (DDP aside) on the CPU."""
     run_project_session(session, "cpu")
+
+
+@nox.session
+def kit(session: nox.Session) -> None:
+    """Render a project; the kit's own tests on a copy of it without the example's code."""
+    run_project_session(session, "kit")
 
 
 @nox.session

@@ -50,7 +50,7 @@ def test_ci_workflow_lints_tests_and_runs_ddp_on_the_cpu_build_of_torch(tmp_path
     assert "ruff check ." in commands(jobs["lint"]) and "ruff format --check ." in commands(jobs["lint"])
     tests = commands(jobs["tests"])
     assert tests.index(f"pip install torch --index-url {CPU_INDEX}") < tests.index('pip install -e ".[dev]"')
-    assert 'pytest -m "not gpu"' in tests
+    assert 'pytest -m "not gpu and not stress"' in tests
     assert "nox -s ddp_cpu" in commands(jobs["ddp_cpu"])
     assert "def ddp_cpu(" in (project / "noxfile.py").read_text(), "the session CI calls exists"
 

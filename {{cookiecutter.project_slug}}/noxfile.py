@@ -19,6 +19,7 @@ when the installed torch sees too few (`CUDA_VISIBLE_DEVICES`, MIG, a CPU-only b
 
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 import nox
@@ -26,7 +27,7 @@ import nox
 ROOT = Path(__file__).parent
 PACKAGE = "{{ cookiecutter.package_name }}"
 
-nox.options.sessions = ["lint", "typecheck", "cpu", "ddp_cpu", "slurm", "gpu", "ddp"]
+nox.options.sessions = ["lint", "typecheck", "cpu", "kit", "ddp_cpu", "slurm", "gpu", "ddp"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "uv|virtualenv"  # uv where installed: installs in seconds
 
@@ -78,6 +79,12 @@ def gpu_session(session: nox.Session, needed: int) -> int:
     return visible
 
 
+# pytest-xdist: tests side by side, one worker per core (at most 4; an idle worker takes tests
+# queued for a busy one). Most tests start `python main.py` processes and wait on them. A file's
+# shared fixtures (a trained run, a server) are made once per worker that runs its tests.
+SIDE_BY_SIDE = ("--numprocesses=auto", "--maxprocesses=4", "--dist=worksteal")
+
+
 def cpu_build() -> str:
     return os.environ.get("TORCH_BUILD") or torch_build.TORCH_BUILD
 
@@ -108,21 +115,54 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def cpu(session: nox.Session) -> None:
-    """All CPU tests, DDP ones aside (they run main.py fit, test, predict... as a user does)."""
+    """Your project's CPU tests (main.py fit, test, predict... as a user runs them), DDP aside."""
     install(session, cpu_build())
-    # DDP tests run in ddp_cpu; everything else runs here, every extra's tests included: one
-    # that cannot import its extra fails rather than skips.
+    # Every extra's tests run: one that cannot import its extra fails rather than skips.
     session.env["KIT_TESTS_NEED_EXTRAS"] = "1"
-    ignored = ("--ignore=tests/test_distributed.py", "--ignore=tests/test_slurm.py")
-    # The long stress test of stops runs on request: `nox -s cpu -- -m stress` (the last -m wins).
-    session.run("pytest", "-m", "not gpu and not stress", *ignored, *session.posargs)
+    # DDP tests run in ddp_cpu, SLURM's in slurm, the kit's in kit.
+    ignored = ("--ignore=tests/test_distributed.py", "--ignore=tests/test_slurm.py", "--ignore=tests/kit")
+    session.run("pytest", *SIDE_BY_SIDE, "-m", "not gpu", *ignored, *session.posargs)
+
+
+# Your code: every module of the package outside kit/ (but its __init__.py), and main.py.
+def without_your_code(session: nox.Session) -> Path:
+    """A copy of this project with your modules deleted: what the kit's tests must pass on."""
+    copy = Path(session.create_tmp()) / "kit-alone"
+    shutil.rmtree(copy, ignore_errors=True)
+    skipped = shutil.ignore_patterns(".nox", ".git", "logs", "lightning_logs", "*.egg-info", "__pycache__")
+    shutil.copytree(ROOT, copy, ignore=skipped)
+    package = copy / "src" / PACKAGE
+    for module in [copy / "main.py", *package.glob("*.py")]:
+        if module.name != "__init__.py":
+            module.unlink()
+    return copy
+
+
+@nox.session
+def kit(session: nox.Session) -> None:
+    """The kit's own tests (tests/kit), on a copy of this project without your code: they pass
+    whatever your model, data and CLI hold."""
+    install(session, cpu_build())
+    session.env["KIT_TESTS_NEED_EXTRAS"] = "1"
+    copy = without_your_code(session)
+    with session.chdir(copy):
+        # The long stress test of stops runs on request: `nox -s kit -- -m stress` (the last -m wins).
+        session.run(
+            "pytest",
+            *SIDE_BY_SIDE,
+            "-m",
+            "not gpu and not stress",
+            "tests/kit",
+            *session.posargs,
+            env={"PYTHONPATH": str(copy / "src")},  # the copy's package, not the installed one
+        )
 
 
 @nox.session
 def ddp_cpu(session: nox.Session) -> None:
     """DDP on the CPU: 2 processes over gloo, the same code path as multi-GPU DDP."""
     install(session, cpu_build(), ".[test]")
-    session.run("pytest", "tests/test_distributed.py", "-m", "not gpu", *session.posargs)
+    session.run("pytest", *SIDE_BY_SIDE, "tests/test_distributed.py", "-m", "not gpu", *session.posargs)
 
 
 @nox.session

@@ -95,7 +95,7 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, list[float]]:
 
 def extra(module: str, name: str) -> Any:
     """`module`, which the optional extra `name` installs; without it the calling test module skips,
-    saying how to install it. Sessions that install every extra (nox's cpu session) set
+    saying how to install it. Sessions that install every extra (nox's cpu and kit sessions) set
     KIT_TESTS_NEED_EXTRAS=1, and there a missing one fails instead of skipping unseen."""
     if os.environ.get("KIT_TESTS_NEED_EXTRAS") == "1":
         return importlib.import_module(module)

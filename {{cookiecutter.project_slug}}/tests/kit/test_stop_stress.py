@@ -106,7 +106,7 @@ def test_a_stop_at_a_late_moment_on_a_busy_machine_exits_143(tmp_path, busy_mach
 
 
 @pytest.mark.slow
-@pytest.mark.stress  # about 25 minutes on 2 cores: `nox -s cpu -- -m stress` runs it; CI runs the short one
+@pytest.mark.stress  # about 25 minutes on 2 cores: `nox -s kit -- -m stress` runs it; CI runs the short one
 @pytest.mark.parametrize("moment", MOMENTS)
 @pytest.mark.parametrize("name", SIGNALS)
 @pytest.mark.parametrize("kind", ["single", "ddp"])

@@ -18,7 +18,9 @@ class CompileModel(Callback):
 
     The first steps are slower while the compiler works (and again for each new input shape:
     a batch-size search or a short last batch); it pays where the model is large or the device
-    fast. `mode` is torch.compile's: default, reduce-overhead (CUDA graphs, GPU) or max-autotune.
+    fast. `mode` is torch.compile's: default, reduce-overhead (CUDA graphs, GPU) or max-autotune;
+    `backend` too: inductor (generates kernels), or aot_eager to find out quickly whether a
+    problem is the compiler's (it traces the graphs but runs them with PyTorch's own kernels).
     """
 
     def __init__(
@@ -27,8 +29,10 @@ class CompileModel(Callback):
         mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default",
         fullgraph: bool = False,
         dynamic: bool | None = None,
+        backend: str = "inductor",
     ) -> None:
         self.enabled = enabled
+        self.backend = backend
         self.mode = mode
         self.fullgraph = fullgraph
         self.dynamic = dynamic
@@ -46,4 +50,6 @@ class CompileModel(Callback):
 
     def _compile(self, pl_module: L.LightningModule) -> None:
         # In place, so it also applies to a module the strategy has already wrapped (DDP).
-        pl_module.compile(mode=self.mode, fullgraph=self.fullgraph, dynamic=self.dynamic)
+        # torch.compile refuses a mode for a backend other than inductor.
+        mode = self.mode if self.backend == "inductor" else None
+        pl_module.compile(backend=self.backend, mode=mode, fullgraph=self.fullgraph, dynamic=self.dynamic)
