@@ -24,6 +24,8 @@ class ConvNet(nn.Module):
         if not 0 <= dropout < 1:
             raise ValueError(f"--model.network.dropout must lie in [0, 1), got {dropout}.")
         channels, height, width_px = image_shape
+        if min(height, width_px) < 2:  # the 2x2 max-pool below would leave no pixel
+            raise ValueError(f"--data: {height}x{width_px} images are too small for ConvNet's 2x2 pooling.")
         pooled_pixels = (height // 2) * (width_px // 2)
         self.features = nn.Sequential(
             nn.Conv2d(channels, width, kernel_size=3, padding=1),

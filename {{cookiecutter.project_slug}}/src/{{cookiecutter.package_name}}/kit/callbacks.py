@@ -132,6 +132,8 @@ class LastCheckpoint(ModelCheckpoint):
         self._save(trainer)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, error: BaseException) -> None:
+        if trainer.global_step == 0 and not isinstance(error, SIGTERMException):
+            return  # a run that failed before its first step has nothing to resume: no checkpoint
         if trainer.world_size > 1 and not is_collective_stop(error):
             # Saving needs every rank, but the others are elsewhere: waiting for them would hang.
             print(f"[rank {trainer.global_rank}] {type(error).__name__}: last.ckpt not updated.", flush=True)

@@ -10,6 +10,7 @@ one line with exit code 2 for mistakes a user can fix.
 
 import errno
 import inspect
+import itertools
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,9 +41,10 @@ from .console import ConciseParser, quiet_known_noise
 from .datamodule import KitDataModule, tunes_batch_size
 from .errors import KitError, UsageError
 from .export import check_format
+from .files import blocking_file
 from .optimizers import configure_optimizers, describe
 from .run_folder import RunConfig, RunFolder, class_path
-from .trainer import KitTrainer
+from .trainer import KitTrainer, check_serving
 from .tuning import BatchSizeTuner
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict", "export", "serve")
@@ -51,7 +53,8 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict", "export", "serve")
 # preempted job from a finished one.
 EXIT_STOPPED = 143
 # Write errors a user fixes by freeing space or choosing another folder.
-UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
+FULL = (errno.ENOSPC, errno.EDQUOT)
+UNWRITABLE = (*FULL, errno.EROFS, errno.EACCES, errno.ENOTDIR, errno.EISDIR, errno.EEXIST)
 # Always on, and idle where they have nothing to do (the first three act in fit only, the writer
 # in predict only): exact resume, clean stops on Ctrl-C/SIGTERM, a clear stop on a NaN loss,
 # predictions.csv.
@@ -138,6 +141,7 @@ class KitCLI(LightningCLI):
         network it trained. A flag asking for other model settings (for a resumed `fit`, also
         data settings unlike the checkpoint's) is refused rather than silently ignored.
         """
+        check_config_files(sys.argv[1:] if args is None else args)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else None
@@ -184,10 +188,20 @@ class KitCLI(LightningCLI):
             rank_zero_info("Optimizer: {}; LR scheduler: {}".format(*described))
         elif self.subcommand == "export":
             check_format(config.format)
+            output = Path(config.output) if config.get("output") else None
+            if output is not None and output.is_dir():
+                raise UsageError(
+                    f"--output={output} is a folder: name the file to write, e.g. {output}/net.onnx"
+                )
+            if output is not None and (file := blocking_file(output.parent)) is not None:
+                raise UsageError(f"--output={output}: {file} is a file, not a folder; choose another")
             if config.get("ckpt_path") is None:
                 raise UsageError("export needs trained weights: --ckpt_path=best, --ckpt_path=last or a file")
-        elif self.subcommand == "serve" and (not config.get("ckpt_path")) == (config.get("exported") is None):
-            raise UsageError("serve needs one model: --ckpt_path=best|last|PATH or --exported=FILE")
+        elif self.subcommand == "serve":
+            if (not config.get("ckpt_path")) == (config.get("exported") is None):
+                raise UsageError("serve needs one model: --ckpt_path=best|last|PATH or --exported=FILE")
+            limits = (config.max_batch_size, config.batch_timeout, config.max_request_bytes)
+            check_serving(config.host, config.port, *limits)
         elif self.subcommand in ("validate", "test", "predict") and config.get("ckpt_path") is None:
             rank_zero_warn(
                 f"`{self.subcommand}` without --ckpt_path runs the model's initial, untrained weights. "
@@ -210,6 +224,7 @@ class KitCLI(LightningCLI):
         callbacks = [*(config.trainer.get("callbacks") or []), *self.subcommand_callbacks(config)]
         self.run_folder.use_for(callbacks)  # checkpoints go into the run folder, whatever the loggers
         trainer = super().instantiate_trainer(callbacks=callbacks, **kwargs)
+        self.run_folder.trainer = trainer  # a run that fails before its first step leaves no folder
         # Every checkpoint written whole or not at all, by whichever writer the strategy has.
         trainer.strategy.checkpoint_io = AtomicCheckpointIO(trainer.strategy.checkpoint_io)
         hardware.use_tensor_cores(trainer.accelerator)
@@ -247,6 +262,23 @@ def link_model_to_data(parser: LightningArgumentParser, model_class: type, datam
             parser.link_arguments(f"data.{name}", target, apply_on="instantiate")
 
 
+def check_config_files(args: Sequence[str]) -> None:
+    """Each `-c`/`--config` file is readable text: a binary one would end in a UnicodeDecodeError."""
+    args = [str(arg) for arg in args]
+    named = [after for flag, after in itertools.pairwise(args) if flag in ("-c", "--config")]
+    named += [arg.split("=", 1)[1] for arg in args if arg.startswith(("-c=", "--config="))]
+    for name in named:
+        path = Path(name)
+        if not path.is_file():
+            continue  # jsonargparse names a missing file itself
+        try:
+            path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError(f"-c {name} is not a text (UTF-8) config file: pass a YAML file") from None
+        except OSError as error:
+            raise UsageError(f"-c {name} cannot be read: {error.strerror}") from None
+
+
 def one_line(error: BaseException) -> str:
     """An exception's message folded onto one line."""
     return " ".join(str(error).split())
@@ -259,8 +291,27 @@ def run(
     user_errors: tuple[type[Exception], ...] = (),
 ) -> KitCLI:
     """Run `cli_class`; mistakes we can name (`KitError`s, and `user_errors`) end as one line."""
-    one_line_errors: tuple[type[Exception], ...] = (KitError, *user_errors)
     run_folder = RunFolder()  # here, to let go of its lock however the run ends
+    try:
+        return run_to_the_end(cli_class, args, default_config_files, user_errors, run_folder)
+    except BaseException as error:
+        # A new run that failed before its first optimizer step leaves no folder behind (run_folder.py).
+        if not isinstance(error, SystemExit) or error.code not in (0, None, EXIT_STOPPED):
+            run_folder.discard_unfinished()
+        raise
+    finally:
+        run_folder.release()
+
+
+def run_to_the_end(
+    cli_class: Callable[..., KitCLI],
+    args: Sequence[str] | None,
+    default_config_files: Sequence[Path],
+    user_errors: tuple[type[Exception], ...],
+    run_folder: RunFolder,
+) -> KitCLI:
+    """`run`'s work: each way a run can end, as the exit code and one line it ends with."""
+    one_line_errors: tuple[type[Exception], ...] = (KitError, *user_errors)
     try:
         return cli_class(default_config_files=default_config_files, args=args, run_folder=run_folder)
     except SIGTERMException as stop:  # Ctrl-C, SIGTERM, SLURM's warning: last.ckpt is saved
@@ -280,14 +331,13 @@ def run(
     except OSError as error:
         if error.errno not in UNWRITABLE:
             raise
+        fix = "Free some space or write" if error.errno in FULL else "Write"
         print(
-            f"error: cannot write {error.filename or 'a file'}: {error.strerror}. Free some space or "
-            "write elsewhere with --trainer.default_root_dir=DIR.",
+            f"error: cannot write {error.filename or 'a file'}: {error.strerror}. {fix} elsewhere, "
+            "e.g. with --trainer.default_root_dir=DIR.",
             file=sys.stderr,
         )
         raise SystemExit(2) from None
     except NonFiniteLossError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
-    finally:
-        run_folder.release()

@@ -21,6 +21,8 @@ class DataError(KitError, ValueError):
 
 def checked_images(images: np.ndarray, source: str) -> torch.Tensor:
     """float32 images in [0, 1]: integer images (0-255) are scaled; NaN, inf and 0-255 floats refused."""
+    if len(images) == 0:
+        raise DataError(f"{source}: holds no samples")
     if images.dtype.kind in "ui":
         if images.size and (images.min() < 0 or images.max() > 255):
             raise DataError(

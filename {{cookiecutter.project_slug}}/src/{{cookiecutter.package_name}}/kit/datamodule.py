@@ -106,7 +106,10 @@ class KitDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> Any:
         name = "test_set" if self.predict_set is None else "predict_set"
-        return self._evaluation_loader(self._dataset(name))
+        dataset = self._dataset(name)
+        if isinstance(dataset, Sized) and len(dataset) == 0:  # Lightning would predict nothing, and succeed
+            raise data_checks.DataError(f"{type(self).__name__}.{name} holds no samples: nothing to predict")
+        return self._evaluation_loader(dataset)
 
     def _dataset(self, name: str) -> Dataset:
         dataset = getattr(self, name)

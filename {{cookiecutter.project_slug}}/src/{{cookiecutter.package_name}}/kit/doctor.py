@@ -14,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .errors import ArgumentParser
 from .torch_build import TORCH_BUILD, pip_install_command, suggested_build, uv_install_command
 
 if TYPE_CHECKING:  # imported for real only inside main(), so a broken torch can still be reported
@@ -69,7 +70,7 @@ def run() -> None:
 
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python main.py doctor",
         description="Report this machine's Python, torch, GPUs, driver and NCCL, and flag known problems.",
     )

@@ -1,4 +1,4 @@
-"""Files written whole or not at all, and settings flattened to dotted names.
+"""Files written whole or not at all, folders checked before writing, settings flattened to dotted names.
 
 A kill or a full disk mid-write must leave the previous file (a config, trackers.json,
 predictions, an export's metadata) intact, never half of a new one.
@@ -22,6 +22,24 @@ def write_atomically(path: Path, content: str | bytes) -> None:
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def blocking_file(folder: Path) -> Path | None:
+    """The file (not a folder) that `folder` or one of its parents is, which makes it unwritable."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            return None if path.is_dir() else path
+    return None
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    return missing
 
 
 def flatten(settings: Mapping[str, Any], prefix: str = "", sequences: bool = True) -> dict[str, Any]:

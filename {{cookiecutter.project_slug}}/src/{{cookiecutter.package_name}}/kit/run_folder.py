@@ -17,9 +17,14 @@ each pick their own next `version_N`. The kit decides instead, in one object:
   checkpoint, so `fit -c config.yaml` trains the run again from scratch.
 
 Nothing is created before the Trainer sets up (the folder of a resumed run already exists), so
-a run refused before that leaves nothing behind; `discard` removes a new run's folder.
+a run refused before that leaves nothing behind. A new run that fails later, before its first
+optimizer step and so without a checkpoint (a network whose first forward fails, an empty predict
+set), has its folder removed by `discard_unfinished`, with the empty parent folders it made:
+nothing is left for TensorBoard to list or `best`/`last` to walk past. A resumed run's folder,
+and a run that trained (its curves show how it failed), stay.
 """
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -37,7 +42,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from . import trackers
 from .errors import KitError
-from .files import write_atomically
+from .files import blocking_file, missing_folders, write_atomically
 
 # Loggers that write `<save_dir>/<name>/version_N` run folders.
 RUN_FOLDER_LOGGERS = (TensorBoardLogger, CSVLogger)
@@ -78,6 +83,9 @@ class RunFolder:
         self.new = False  # this process chose the next free version: the folder is this run's own
         self.tracker_runs: dict[str, Any] = {}  # trackers.json of the run this one continues
         self.recipe: Namespace | None = None  # the subcommand's settings as asked: config.yaml
+        self.made: list[Path] = []  # this new run's version_N folder(s), and the parents they need
+        self.made_parents: list[Path] = []
+        self.trainer: L.Trainer | None = None  # this run's, once built: how far it got
         self._lock: IO[str] | None = None
 
     def read(self, trainer: Any) -> None:
@@ -90,6 +98,15 @@ class RunFolder:
         asked = [spec.init_args.version for spec in folders if spec.init_args.get("version") is not None]
         if asked:  # a version set in the config names the run folder (N, or a folder name)
             self.version = asked[0]
+        # Checked before anything is written: a folder that a file stands in the way of.
+        settings = [(self.root_dir, "--trainer.default_root_dir"), (self.runs, "the logger's save_dir")]
+        for folder, setting in settings:
+            file = blocking_file(folder)
+            if file is not None:
+                raise RunFolderError(
+                    f"{setting}: cannot write runs under {folder}, since {file} is a file, not a folder. "
+                    "Choose another folder."
+                )
 
     def folder_specs(self) -> list[Any]:
         """The configured loggers that write `version_N` folders (TensorBoard, CSV)."""
@@ -143,13 +160,19 @@ class RunFolder:
             folders = [runs_of(spec.init_args) for spec in self.folder_specs()]
             self.version = max(next_version(runs) for runs in [self.runs, *folders])
             self.new = True
+            for runs in dict.fromkeys([self.runs, *folders]):  # what a failed run would leave behind
+                self.made.append(self.path_in(runs))
+                self.made_parents += missing_folders(runs)
         return self.version
 
     @property
     def path(self) -> Path:
         """`<runs>/version_N` (or `<runs>/<version>` for a version named in the config)."""
+        return self.path_in(self.runs)
+
+    def path_in(self, runs: Path) -> Path:
         version = self.choose_version()
-        return self.runs / (version if isinstance(version, str) else f"version_{version}")
+        return runs / (version if isinstance(version, str) else f"version_{version}")
 
     @property
     def checkpoints(self) -> Path:
@@ -219,14 +242,26 @@ class RunFolder:
             self._lock = None
 
     def discard(self) -> None:
-        """Remove this run's folder, for a run refused after its loggers started (rank 0).
+        """Remove this run's folder and the empty parents it made, for a run that failed (rank 0).
 
         Only a folder this process chose as new goes: a resumed run's, or one a config names by
         its version, stays. (Other DDP ranks may have counted one further: they never remove.)
         """
         self.release()
-        if self.new and rank_zero_only.rank == 0 and self.path.is_dir():
-            shutil.rmtree(self.path)
+        if not self.new or rank_zero_only.rank != 0:
+            return
+        for folder in self.made:
+            shutil.rmtree(folder, ignore_errors=True)
+        for folder in sorted(set(self.made_parents), key=lambda path: len(path.parts), reverse=True):
+            with contextlib.suppress(OSError):  # only an empty one: another run may have written there
+                folder.rmdir()
+
+    def discard_unfinished(self) -> None:
+        """`discard`, for a run that ends in an error before its first optimizer step."""
+        if not self.new or (self.trainer is not None and self.trainer.global_step > 0):
+            return
+        if not any(self.path.glob("checkpoints/*.ckpt")):
+            self.discard()
 
     def record_trackers(self, tracking: list[trackers.Tracker]) -> None:
         """Write `trackers.json` (rank 0): each tracker's run, for a later process to continue."""

@@ -3,16 +3,18 @@
     POST /predict  {"input": [...]}   a nested array of the model's input shape (no batch dimension)
     200            {"class": 3, "confidence": 0.9871}          (and "class_name" when names are known)
     400            {"error": "input has shape [8, 8]; expected [1, 8, 8] ..."}   one line
+    413            {"error": "the request body is over 10000000 bytes ..."}    (`max_request_bytes`)
 
 The model is a trained module (its `forward` gives class logits) or a file written by `export`.
 LitServe gathers concurrent requests into batches (`max_batch_size`, waiting at most
 `batch_timeout` seconds for one to fill). A bad request is answered on its own: the others in
-its batch still get their predictions, and the server keeps serving.
+its batch still get their predictions, and the server keeps serving. No client can stall the
+others: a body over `max_request_bytes` is refused unread, and decoding a sample never looks at
+more numbers than the model's input holds (its nesting is checked level by level first).
 
 Imports LitServe: import this module only once `export.require(("litserve",), ...)` passed.
 """
 
-import math
 import multiprocessing
 import os
 import signal
@@ -25,11 +27,14 @@ from typing import Any
 import litserve as ls
 import torch
 from fastapi import Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from torch import Tensor, nn
 
-from .export import ExportError, Runner, load
+from .export import Runner, load
 
 
 @dataclass
@@ -119,6 +124,9 @@ def decode(request: Any, shape: tuple[int, ...]) -> Tensor | Rejected:
     expected = 'a JSON object {"input": [...]} holding one sample of shape ' + str(list(shape))
     if not isinstance(request, dict) or "input" not in request:
         return Rejected(f"the request body must be {expected}")
+    problem = misfit(request["input"], shape)
+    if problem is not None:
+        return Rejected(f'"input" {problem}; expected {list(shape)}: {expected}')
     try:
         sample = torch.tensor(request["input"], dtype=torch.float32)
     except (TypeError, ValueError, RuntimeError, OverflowError):
@@ -128,6 +136,71 @@ def decode(request: Any, shape: tuple[int, ...]) -> Tensor | Rejected:
     if not bool(torch.isfinite(sample).all()):
         return Rejected('"input" holds NaN or infinite values')
     return sample
+
+
+def misfit(value: Any, shape: tuple[int, ...]) -> str | None:
+    """None where `value` is lists nested as `shape` says; else what it is instead.
+
+    Level by level, stopping at the first list of another length: the work is bounded by the
+    expected sample's size, however large or deep the value sent.
+    """
+    items = [value]
+    for size in shape:
+        if not all(isinstance(item, list) and len(item) == size for item in items):
+            break
+        items = [inner for item in items for inner in item]
+    else:
+        if not any(isinstance(item, list | dict) for item in items):
+            return None
+    found: list[int] = []
+    inner = value
+    while isinstance(inner, list) and len(found) <= len(shape):  # the shape along the first items
+        found.append(len(inner))
+        inner = inner[0] if inner else None
+    if not found and not isinstance(value, int | float):
+        return "is not a nested array of numbers"
+    return f"has shape {found}" if found != list(shape) else "is ragged: its lists differ in length"
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes is answered 413, without reading the rest."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self.too_large(scope, receive, send)
+            return
+        body, more = bytearray(), True
+        while more:  # chunked bodies declare no length: read at most `limit` bytes of them
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await self.too_large(scope, receive, send)
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error = f"the request body is over {self.limit} bytes (--max_request_bytes): send one sample"
+        await JSONResponse(status_code=413, content={"error": error})(scope, receive, send)
 
 
 def serve(
@@ -140,10 +213,11 @@ def serve(
     accelerator: str = "auto",
     max_batch_size: int = 16,
     batch_timeout: float = 0.005,
+    max_request_bytes: int = 10_000_000,
 ) -> None:
-    """Serve until Ctrl-C or SIGTERM, which both stop LitServe's worker processes too."""
-    if max_batch_size < 1 or batch_timeout < 0 or not math.isfinite(batch_timeout):
-        raise ExportError("--max_batch_size must be 1 or more and --batch_timeout 0 or more (seconds)")
+    """Serve until Ctrl-C or SIGTERM, which both stop LitServe's worker processes too.
+
+    The settings are checked first by `KitTrainer.serve` (`kit.trainer.check_serving`)."""
     api = ClassifierAPI(input_shape, module, exported, class_names, max_batch_size, batch_timeout)
     if exported is not None:
         accelerator = "cpu"  # exported files run on the CPU here
@@ -159,7 +233,17 @@ def serve(
             status_code=400, content={"error": f"the request body must be a JSON object: {problem}"}
         )
 
+    async def not_json(request: Request, error: HTTPException) -> Response:
+        # FastAPI's 400 for a body that is not even text ({"detail": ...}): ours has "error", as above.
+        if error.status_code != 400:
+            return await http_exception_handler(request, error)
+        return JSONResponse(
+            status_code=400, content={"error": "the request body must be a JSON object: it is not UTF-8 JSON"}
+        )
+
     server.app.add_exception_handler(RequestValidationError, unreadable)
+    server.app.add_exception_handler(HTTPException, not_json)
+    server.app.add_middleware(BodyLimit, limit=max_request_bytes)
     received = stop_on_signals()
     print(f"Serving on http://{host}:{port}/predict (input shape {list(input_shape)}); Ctrl-C stops")
     server.run(host=host, port=port, generate_client_file=False)  # no client.py in the working folder

@@ -27,6 +27,7 @@ import lightning as L
 import yaml
 
 from . import trackers
+from .errors import ArgumentParser
 
 POLL_S = 0.5  # how often this process reads a running trial's metrics
 PRUNED_AFTER_S = 120  # a pruned trial still running after this long is killed
@@ -91,7 +92,13 @@ class Space:
 def load_space(path: Path) -> Space:
     if not path.is_file():
         raise SweepError(f"search space {path} does not exist: pass --space=FILE, e.g. configs/sweep.yaml")
-    spec = yaml.safe_load(path.read_text()) or {}
+    try:
+        spec = yaml.safe_load(path.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        reason = " ".join(str(error).split())
+        raise SweepError(f"search space {path} is not YAML ({reason}); see configs/sweep.yaml") from None
+    if not isinstance(spec, dict):
+        raise SweepError(f"search space {path} holds a {type(spec).__name__}; see configs/sweep.yaml")
     params = spec.get("params") or {}
     if not params:
         raise SweepError(f"search space {path} names no params: add e.g. `optimizer.init_args.lr`")
@@ -176,25 +183,45 @@ def storage_for(url: str | None, study_dir: Path) -> Any:
 
     if url:
         return url
-    study_dir.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(study_dir / "journal.log")))
+    journal = study_dir / "journal.log"
+    try:
+        study_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SweepError(f"cannot write the sweep's journal {journal}: {error.strerror}") from None
+    try:
+        return JournalStorage(JournalFileBackend(str(journal)))  # replays the journal
+    except Exception as error:
+        raise damaged(journal, error) from None
 
 
-def open_study(attempts: int = 5, **settings: Any) -> Any:
+def damaged(journal: Path, error: Exception) -> SweepError:
+    """A journal Optuna cannot replay (cut short, edited, not a journal): named, never rewritten."""
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    return SweepError(
+        f"the sweep's journal {journal} is damaged ({type(error).__name__}: {first_line}); it is left as "
+        "it is: move it aside to start the study anew, or pass --study=NEW_NAME"
+    )
+
+
+def open_study(attempts: int = 5, journal: Path | None = None, **settings: Any) -> Any:
     """Create the study or join it. Workers that start together on a new database race to
-    create its tables; the losers wait a moment and join. A storage that stays unreachable
-    ends the sweep with one line."""
+    create its tables; the losers wait a moment and join. A storage that stays unreachable,
+    or cannot be read, ends the sweep with one line, and is left as it is (`journal`: the file
+    of a journal storage, to name)."""
     import optuna
 
     for attempt in range(attempts):
         try:
             return optuna.create_study(load_if_exists=True, **settings)
         except Exception as error:  # the database driver's own errors, whatever the driver
-            if not type(error).__module__.startswith("sqlalchemy"):
-                raise
-            if attempt == attempts - 1:
-                first_line = str(error).strip().splitlines()[0]
-                raise SweepError(f"cannot open the storage: {first_line}") from None
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            if journal is not None:
+                raise damaged(journal, error) from None
+            # Only a lost race (tables created twice) or a busy server is worth another attempt.
+            transient = type(error).__name__ in ("OperationalError", "IntegrityError")
+            transient = transient and type(error).__module__.startswith("sqlalchemy")
+            if not transient or attempt == attempts - 1:
+                raise SweepError(f"--storage cannot be opened: {first_line}") from None
             time.sleep(1 + attempt)
     raise AssertionError("unreachable")
 
@@ -342,7 +369,7 @@ def write_best(study: Any, study_dir: Path, root_dir: Any, autolog_hparams: bool
 
 
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python main.py sweep",
         description="Hyperparameter search with Optuna; every other flag goes to each trial's `fit`.",
         allow_abbrev=False,
@@ -352,7 +379,10 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     add("--space", type=Path, default=DEFAULT_SPACE, help="search space file (default: %(default)s)")
     add("--study", default="sweep", help="study name; its folder: <logs>/sweeps/<study> (default: sweep)")
     add("--storage", help="storage URL shared by workers, e.g. postgresql://... (default: a journal file)")
-    return parser.parse_known_args(list(argv))
+    args, fit_args = parser.parse_known_args(list(argv))
+    if args.n_trials < 1:
+        parser.error(f"--n_trials must be 1 or more, got {args.n_trials}")
+    return args, fit_args
 
 
 def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
@@ -374,6 +404,7 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
         study = open_study(
             study_name=args.study,
             storage=storage_for(args.storage, study_dir),
+            journal=None if args.storage else study_dir / "journal.log",
             direction=space.direction,
             pruner=make_pruner(space.pruner),
             sampler=optuna.samplers.TPESampler(seed=worker_seed(space.seed)),

@@ -7,6 +7,8 @@ same configs as `fit`, and `--ckpt_path=best|last|PATH` restores the network the
 Everything else about the Trainer is Lightning's, unchanged.
 """
 
+import math
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,7 @@ class KitTrainer(L.Trainer):
         port: int = 8000,
         max_batch_size: int = 16,
         batch_timeout: float = 0.005,
+        max_request_bytes: int = 10_000_000,
     ) -> None:
         """Serve a checkpoint or an exported model over HTTP: POST {"input": [...]} to /predict.
 
@@ -83,20 +86,25 @@ class KitTrainer(L.Trainer):
             port: The TCP port.
             max_batch_size: Requests run together at most.
             batch_timeout: Seconds to wait for more requests to fill a batch.
+            max_request_bytes: Larger request bodies are answered with 413, unread: decoding
+                them would hold up every other client.
         """
+        check_serving(host, port, max_batch_size, batch_timeout, max_request_bytes)
         require(("litserve",), "serve", "serve")
         from .serving import serve  # imports LitServe
 
         if exported is not None:
             metadata = read_metadata(exported)
             shape, names = metadata["input"]["shape"][1:], metadata.get("class_names")
-            serve(shape, None, exported, names, host, port, "cpu", max_batch_size, batch_timeout)
+            limits = (max_batch_size, batch_timeout, max_request_bytes)
+            serve(shape, None, exported, names, host, port, "cpu", *limits)
             return
         self._restore(model, ckpt_path, "serve")
         shape = list(validation_inputs(self, datamodule).shape[1:])
         names = data_description(datamodule).get("class_names")
         accelerator = "cuda" if self.strategy.root_device.type == "cuda" else "cpu"
-        serve(shape, model, None, names, host, port, accelerator, max_batch_size, batch_timeout)
+        limits = (max_batch_size, batch_timeout, max_request_bytes)
+        serve(shape, model, None, names, host, port, accelerator, *limits)
 
     def _restore(self, model: L.LightningModule, ckpt_path: str | Path | None, command: str) -> Path:
         """Load the checkpoint's weights into `model`, through Lightning's own hooks."""
@@ -108,6 +116,28 @@ class KitTrainer(L.Trainer):
         model.on_load_checkpoint(checkpoint)
         model.load_state_dict(checkpoint["state_dict"])
         return Path(ckpt_path)
+
+
+def check_serving(
+    host: str, port: int, max_batch_size: int, batch_timeout: float, max_request_bytes: int
+) -> None:
+    """Refuse `serve` settings that cannot work, a port in use included, before anything starts."""
+    if max_batch_size < 1 or batch_timeout < 0 or not math.isfinite(batch_timeout):
+        raise ExportError("--max_batch_size must be 1 or more and --batch_timeout 0 or more (seconds)")
+    if max_request_bytes < 1:
+        raise ExportError(f"--max_request_bytes must be 1 or more, got {max_request_bytes}")
+    if host not in ("127.0.0.1", "0.0.0.0", "::"):
+        raise ExportError(f"--host={host}: serve listens on 127.0.0.1 (this machine), 0.0.0.0 or ::")
+    if not 1024 <= port <= 65535:
+        raise ExportError(f"--port={port}: use a port from 1024 to 65535")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds it
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            problem = f"--port={port} is taken on {host} ({error.strerror})"
+            raise ExportError(f"{problem}: pass another --port") from None
 
 
 def validation_inputs(trainer: L.Trainer, datamodule: L.LightningDataModule | None) -> Tensor:
