@@ -292,6 +292,19 @@ class RunConfig(SaveConfigCallback):
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
 
+    def record(self, trainer: L.Trainer, key: str, value: Any) -> None:
+        """Rewrite config.yaml (rank 0) with one setting found during the run, e.g. the batch size
+        `auto` settled on, so that `fit -c config.yaml` runs the same without searching again."""
+        if not self.already_saved or not trainer.is_global_zero:  # type: ignore[has-type]
+            return
+        section, _, name = key.partition(".")
+        # `data.batch_size`, or `data.init_args.batch_size` where the config names a class_path
+        for candidate in (key, f"{section}.init_args.{name}"):
+            if candidate in self.config:
+                self.config[candidate] = value
+        text = self.parser.dump(self.config, skip_none=False)
+        write_atomically(self.run_folder.path / self.config_filename, text)
+
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """config.yaml, the whole config to each tracker (params once; in fit the file as an
         artifact too), and the trackers' run ids into the run folder."""

@@ -15,6 +15,7 @@ from typing import Any
 import lightning as L
 from torch import Tensor
 
+from .datamodule import KitDataModule
 from .export import (
     FORMATS,
     TOLERANCE,
@@ -156,12 +157,11 @@ def validation_inputs(trainer: L.Trainer, datamodule: L.LightningDataModule | No
 
 
 def data_description(datamodule: L.LightningDataModule | None) -> dict[str, Any]:
-    """What a DataModule says about its inputs and classes, for the export's metadata.
-
-    Optional attributes: `class_names` (a list, one name per class) and `preprocessing` (a
-    sentence: what a raw input must go through before the model sees it).
-    """
-    described = {key: getattr(datamodule, key, None) for key in ("class_names", "preprocessing")}
+    """What a `KitDataModule` says about its inputs and classes (`class_names`, `preprocessing`),
+    for the export's metadata; nothing for another DataModule."""
+    if not isinstance(datamodule, KitDataModule):
+        return {}
+    described = {"class_names": datamodule.class_names, "preprocessing": datamodule.preprocessing}
     return {key: value for key, value in described.items() if value is not None}
 
 

@@ -15,14 +15,12 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.utilities.memory import garbage_collection_cuda, is_oom_error
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor, nn
@@ -31,6 +29,7 @@ from torchmetrics import Metric
 
 from .datamodule import tunes_batch_size
 from .internals import logging_switched_off
+from .run_folder import RunConfig
 
 SearchMode = Literal["power", "binsearch"]
 LrScaling = Literal["none", "linear"]
@@ -222,23 +221,14 @@ def record_batch_size(trainer: L.Trainer, datamodule: L.LightningDataModule, bat
     """Use `batch_size` from now on and show it where the run is recorded.
 
     The DataModule's hparams feed TensorBoard's hparams tab (logged right after `on_fit_start`),
-    and rank 0 rewrites the run's saved config.yaml, so `-c` on it reruns without tuning.
+    and the run's config.yaml gets it (`RunConfig.record`), so `-c` on it reruns without tuning.
     """
     datamodule.batch_size = batch_size
     if "batch_size" in datamodule.hparams:
         datamodule.save_hyperparameters({**datamodule.hparams, "batch_size": batch_size})
-    saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfigCallback)), None)
-    if saver is None or not saver.save_to_log_dir:
-        return
-    log_dir = trainer.log_dir  # a broadcast under DDP: every rank must ask
-    if log_dir is None or not trainer.is_global_zero:
-        return
-    config = saver.config.clone()
-    for key in ("data.batch_size", "data.init_args.batch_size"):
-        if key in config:
-            config[key] = batch_size
-    path = Path(log_dir) / saver.config_filename  # written as SaveConfigCallback does, nulls kept
-    saver.parser.save(config, path, skip_none=False, overwrite=True, multifile=saver.multifile)
+    for callback in trainer.callbacks:
+        if isinstance(callback, RunConfig):
+            callback.record(trainer, "data.batch_size", batch_size)
 
 
 def scale_learning_rates(trainer: L.Trainer, factor: float) -> None:
