@@ -53,8 +53,11 @@ def test_uv_sync_installs_the_cpu_build_and_uv_run_trains(tmp_path):
     simple.mkdir(parents=True)
     (simple / "index.html").write_text(f'<a href="{wheel.as_uri()}">{wheel.name}</a>')
     project = render(tmp_path / "rendered")
+    # Not nox's environment: nox points uv's project commands at its session's venv
+    # (UV_PROJECT_ENVIRONMENT), which `uv sync` would strip to this project's dependencies.
+    outside = {key: value for key, value in os.environ.items() if key != "UV_PROJECT_ENVIRONMENT"}
     environment = {
-        **os.environ,
+        **outside,
         # The project's own index, by its name, pointed at the local copy (as behind a mirror).
         "UV_INDEX": f"pytorch-cpu={(tmp_path / 'simple').as_uri()}",
         "UV_FIND_LINKS": "",  # torch from the named index only, as on a user's machine
