@@ -1,6 +1,7 @@
 """Files written whole or not at all, one flattener, and errors that carry their exit code."""
 
 import errno
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,33 @@ def test_a_failed_write_leaves_the_previous_file_whole_and_no_partial_one(tmp_pa
     with pytest.raises(OSError, match="No space left"):
         write_atomically(path, "a new one, cut short")
     assert path.read_text() == "the good one"
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_two_writers_of_one_file_at_once_never_leave_it_torn(tmp_path):
+    """Two sweep workers that end together both write best.yaml: any read sees one of them whole."""
+    path = tmp_path / "best.yaml"
+    contents = ["a" * 100_000, "b" * 150_000]
+    write_atomically(path, contents[0])
+    errors: list[BaseException] = []
+
+    def writer(content: str) -> None:
+        try:
+            for _ in range(50):
+                write_atomically(path, content)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(content,)) for content in contents]
+    for thread in threads:
+        thread.start()
+    reads = set()
+    while any(thread.is_alive() for thread in threads):
+        reads.add(path.read_text())
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert reads <= set(contents), "a read saw a file that was neither writer's whole content"
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 

@@ -5,15 +5,20 @@ predictions, an export's metadata) intact, never half of a new one.
 """
 
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 
 def write_atomically(path: Path, content: str | bytes) -> None:
-    """Write `content` to a hidden partial file beside `path`, then rename it into place."""
+    """Write `content` to a hidden partial file beside `path`, then rename it into place.
+
+    The partial file is this writer's own (process and thread in its name): two writers of one
+    path at once (two sweep workers writing best.yaml) each rename a whole file, the last one wins.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
     try:
         if isinstance(content, bytes):
             partial.write_bytes(content)

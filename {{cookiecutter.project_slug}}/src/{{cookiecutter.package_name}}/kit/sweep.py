@@ -28,6 +28,7 @@ import yaml
 
 from . import trackers
 from .errors import ArgumentParser
+from .files import write_atomically
 
 POLL_S = 0.5  # how often this process reads a running trial's metrics
 PRUNED_AFTER_S = 120  # a pruned trial still running after this long is killed
@@ -364,7 +365,7 @@ def write_best(study: Any, study_dir: Path, root_dir: Any, autolog_hparams: bool
     trainer["callbacks"] = [c for c in callbacks if not str(c.get("class_path", "")).endswith(".MetricsFile")]
     path = study_dir / "best.yaml"
     header = f"# Trial {best.number} of study {study.study_name}: {best.value}\n"
-    path.write_text(header + yaml.safe_dump(config, sort_keys=False))
+    write_atomically(path, header + yaml.safe_dump(config, sort_keys=False))  # workers may end together
     return path
 
 
