@@ -10,6 +10,9 @@ Also `python main.py doctor` (this machine's torch and GPUs) and `python main.py
 import sys
 
 if __name__ == "__main__":  # required: spawn-based DDP launchers re-import this file
+    from {{ cookiecutter.package_name }}.kit import early_signal
+
+    early_signal.catch()  # SLURM's warning while starting up must not end the job (see there)
     if sys.argv[1:2] == ["doctor"]:  # checks torch itself, so it must run before anything imports it
         from {{ cookiecutter.package_name }}.kit.doctor import main as doctor
 

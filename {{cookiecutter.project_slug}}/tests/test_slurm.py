@@ -6,8 +6,11 @@ signals, requeues and restarts the job. Run by `nox -s slurm`; they skip, saying
 cluster can be set up (not root, no apt-get, a daemon that does not start).
 """
 
+import contextlib
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -221,9 +224,8 @@ def test_the_time_limit_warning_requeues_the_job_and_it_resumes_exactly(cluster,
     """Nothing sent by hand: the script's --signal=SIGUSR1@90 under a 3-minute limit.
 
     SLURM checks time limits every 30 s and sends the warning up to that much before or after
-    it is due (here 60 to 120 s after the start; a warning that lands before training starts,
-    ~20 s in, would end the tasks: SIGUSR1's default action). The first attempt's steps are
-    slowed so that it is still training then.
+    it is due (here 60 to 120 s after the start). The first attempt's steps are slowed so that
+    it is still training then (a warning during start-up is the next test's).
     """
     folder = job_folder(tmp_path)
     slow = ("--trainer.callbacks+=test_slurm.SlowFirstAttempt",)
@@ -234,6 +236,53 @@ def test_the_time_limit_warning_requeues_the_job_and_it_resumes_exactly(cluster,
     assert int(info["Restarts"]) >= 1 and "SLURM's time-limit warning" in text, text
     stopped = steps_seen(folder, 0)
     assert len(stopped) == 2 and stopped[0] == stopped[1] < EPOCHS * STEPS_PER_EPOCH
+    assert_resumed_exactly(folder, uninterrupted[0])
+    assert_nothing_left(cluster, job)
+
+
+def catching(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (SigCgt in /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
+def main_py_tasks(cluster: Cluster, job: str) -> list[int]:
+    """The job's `python main.py` processes (not srun, whose command line names main.py too)."""
+    tasks = []
+    for pid in processes_of(cluster, job):
+        with contextlib.suppress(OSError):
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if Path(args[0].decode()).name.startswith("python") and b"main.py" in args:
+                tasks.append(pid)
+    return tasks
+
+
+def test_slurms_warning_during_start_up_requeues_the_job_and_it_completes(cluster, tmp_path, uninterrupted):
+    """SIGUSR1 while the tasks still import torch: noted from main.py's first line, it stops
+    training at its first step; the requeued job resumes and ends as one never stopped."""
+    folder = job_folder(tmp_path)
+    job = submit(cluster, folder)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # both tasks run main.py and catch SIGUSR1: still starting
+        tasks = main_py_tasks(cluster, job)
+        if len(tasks) == 2 and all(catching(pid, signal.SIGUSR1) for pid in tasks):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the tasks of job {job} never caught SIGUSR1 while starting: {output(folder, job)}")
+    assert not list(folder.rglob("last.ckpt")), "training had started already"
+    cluster.run("scancel", "--signal=USR1", job)
+
+    info = wait_for(cluster, job, ENDED, timeout=300)
+    text = output(folder, job)
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "1"), text
+    assert text.count("SLURM's warning signal during start-up") == 2, text
+    assert f"Requeued SLURM job {job}" in text, text
+    assert steps_seen(folder, 0) == [1, 1], text  # the ranks stopped together at the first step
     assert_resumed_exactly(folder, uninterrupted[0])
     assert_nothing_left(cluster, job)
 
@@ -266,21 +315,17 @@ def test_scancel_leaves_no_process_and_nothing_half_written(cluster, tmp_path):
         assert load(checkpoint)["global_step"] > 0
 
 
-def test_a_sweep_runs_as_a_job_array_whose_workers_share_one_study(cluster, tmp_path):
-    optuna = pytest.importorskip("optuna", reason='needs the sweep extra: pip install -e ".[sweep]"')
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
+SWEEP_TRAIN = (
+    "--trainer.accelerator=cpu",
+    "--trainer.max_epochs=1",
+    "--lr_scheduler.init_args.T_max=1",
+    "--trainer.enable_progress_bar=false",
+)
 
-    folder = job_folder(tmp_path)
+
+def submit_sweep(cluster: Cluster, folder: Path, *sweep_flags: str) -> str:
+    """scripts/sweep.sbatch as a 2-task job array (two workers of one study) from `folder`."""
     env = {**main_py_environment(), "SLURM_CONF": cluster.env["SLURM_CONF"]}
-    sweep = (
-        "--n_trials=3",
-        "--study=array",
-        "--trainer.accelerator=cpu",
-        "--trainer.max_epochs=1",
-        "--lr_scheduler.init_args.T_max=1",
-        "--trainer.enable_progress_bar=false",
-    )
     submitted = cluster.run(
         "sbatch",
         "--parsable",
@@ -289,17 +334,31 @@ def test_a_sweep_runs_as_a_job_array_whose_workers_share_one_study(cluster, tmp_
         "--gpus-per-task=0",
         "--cpus-per-task=1",
         str(SWEEP_SCRIPT),
-        *sweep,
+        *sweep_flags,
         env=env,
     )
-    job = submitted.stdout.strip().split(";")[0]
+    return submitted.stdout.strip().split(";")[0]
+
+
+def load_study(folder: Path, name: str):
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(folder / "logs" / "sweeps" / name / "journal.log")))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def test_a_sweep_runs_as_a_job_array_whose_workers_share_one_study(cluster, tmp_path):
+    optuna = pytest.importorskip("optuna", reason='needs the sweep extra: pip install -e ".[sweep]"')
+    folder = job_folder(tmp_path)
+    job = submit_sweep(cluster, folder, "--n_trials=3", "--study=array", *SWEEP_TRAIN)
     for task in ("0", "1"):
         info = wait_for(cluster, f"{job}_{task}", ENDED, timeout=600)
         assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), output(folder, f"{job}_{task}")
 
     study_dir = folder / "logs" / "sweeps" / "array"
-    storage = JournalStorage(JournalFileBackend(str(study_dir / "journal.log")))
-    trials = optuna.load_study(study_name="array", storage=storage).get_trials()
+    trials = load_study(folder, "array").get_trials()
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     assert len(trials) == 3 and all(trial.state in done for trial in trials), trials
     assert len({trial.user_attrs["worker"] for trial in trials}) == 2  # both workers ran trials
@@ -314,3 +373,69 @@ def test_a_sweep_runs_as_a_job_array_whose_workers_share_one_study(cluster, tmp_
         timeout=300,
     )
     assert trained.returncode == 0, trained.stderr[-3000:]
+
+
+class SlowSteps(L.Callback):
+    """Sleeps after each training step, long enough for a test to stop a trial mid-epoch, and
+    says at which step each run starts training (in the trial's output.log)."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        print(f"Training starts at step {trainer.global_step}", flush=True)
+
+    def on_train_batch_end(self, *args: object) -> None:
+        time.sleep(0.4)
+
+
+def test_a_preempted_sweep_worker_is_requeued_and_resumes_its_trial_from_its_checkpoint(cluster, tmp_path):
+    optuna = pytest.importorskip("optuna", reason='needs the sweep extra: pip install -e ".[sweep]"')
+    folder = job_folder(tmp_path)
+    space = {  # no pruner: every trial runs to its end
+        "metric": "val/acc",
+        "seed": 0,
+        "pruner": "none",
+        "params": {"optimizer.init_args.lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}},
+    }
+    (folder / "space.yaml").write_text(json.dumps(space))
+    train = ("--trainer.max_epochs=2", "--lr_scheduler.init_args.T_max=2")
+    flags = ("--n_trials=3", "--study=preempted", "--space=space.yaml", *SWEEP_TRAIN, *train)
+    job = submit_sweep(cluster, folder, *flags, "--trainer.callbacks+=test_slurm.SlowSteps")
+    worker = f"{job}_0"
+    study_dir = folder / "logs" / "sweeps" / "preempted"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # worker 0's first trial has finished its first epoch
+        log = folder / f"slurm-{worker}.out"
+        started = re.search(r"Trial (\d+): ", log.read_text(errors="replace") if log.is_file() else "")
+        if started:
+            number = int(started[1])
+            if len(sweep_records(study_dir / f"trial_{number:03d}")) == 1:
+                break
+        time.sleep(0.3)
+    else:
+        pytest.fail(f"worker {worker} finished no epoch: {output(folder, worker)}")
+    cluster.run("scancel", "--batch", "--signal=USR1", worker)  # what --signal=B:USR1@90 sends
+
+    ended = [wait_for(cluster, f"{job}_{task}", ENDED, timeout=600) for task in ("0", "1")]
+    text = output(folder, worker)
+    assert [(info["JobState"], info["ExitCode"]) for info in ended] == [("COMPLETED", "0:0")] * 2, text
+    assert ended[0]["Restarts"] == "1" and f"Requeued SLURM job {worker}" in text, text
+    trials = load_study(folder, "preempted").get_trials()
+    assert [trial.state for trial in trials] == [optuna.trial.TrialState.COMPLETE] * 3, text
+    assert len({trial.params["optimizer.init_args.lr"] for trial in trials}) == 3  # none run twice
+    trial_dir = study_dir / f"trial_{number:03d}"
+    assert f"Trial {number}: resumed from {trial_dir.resolve()}" in text, text
+    assert [record["epoch"] for record in sweep_records(trial_dir)] == [0, 1]  # each epoch reported once
+    assert sorted(trials[number].intermediate_values) == [0, 1]
+
+    log = (trial_dir / "output.log").read_text()  # both runs of the trial, in one run folder
+    starts = [int(step) for step in re.findall(r"Training starts at step (\d+)", log)]
+    assert len(starts) == 2 and starts[0] == 0 < starts[1], log  # the second went on from the first
+    assert len(list(trial_dir.glob("*/version_*"))) == 1
+    last = study_dir.glob("trial_*/*/version_*/checkpoints/last.ckpt")
+    steps = {load(path)["global_step"] for path in last}
+    assert len(steps) == 1 and steps.pop() > starts[1]  # every trial, the resumed one too, trained as long
+    assert (study_dir / "best.yaml").read_text().startswith("# Trial ")
+
+
+def sweep_records(trial_dir: Path) -> list[dict]:
+    path = trial_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []

@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
-from . import internals
+from . import early_signal, internals
 
 # Metric names whose direction goes without saying; anything else must state its mode.
 HIGHER_IS_BETTER = ("acc", "f1", "auroc", "precision", "recall", "iou", "hp_metric")
@@ -304,7 +304,9 @@ class GracefulInterrupt(Callback):
     The handlers are ours from `setup` until the process ends, so no signal ever meets the
     default action (death by SIGTERM) in between: before training starts the request waits
     for it; after training ends (the last step, the final saves, teardown) the run stops at
-    once with exit code 143, its state already saved. Nothing is ever re-sent as a signal:
+    once with exit code 143, its state already saved. SLURM's warning that came earlier, while
+    the process started, was noted by kit/early_signal.py and is acted on from `setup` too.
+    Nothing is ever re-sent as a signal:
     a signal sent to oneself can arrive after the handler meant for it is gone.
 
     On one device, the request goes to Lightning, which stops after the current batch (the
@@ -347,8 +349,12 @@ class GracefulInterrupt(Callback):
         requeue_signal = slurm_requeue_signal(trainer)
         if requeue_signal is not None:  # Lightning's would save and requeue inside the handler
             signums.append(requeue_signal)
+        else:
+            early_signal.release()
         for signum in signums:
             signal.signal(signum, self._on_signal)
+        if early_signal.take():  # SLURM's warning during start-up: stop as soon as training can
+            self._on_signal(requeue_signal or signal.SIGTERM, None)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._distributed = trainer.world_size > 1

@@ -105,10 +105,16 @@ def device_count(devices: Any) -> int | None:
     return None if devices in (None, -1) else int(devices)
 
 
+def slurm_job_id() -> str | None:
+    """This SLURM job (`ARRAYJOB_TASK` for a task of a job array), None outside SLURM. A requeued
+    job keeps it; its PIDs, and maybe its node, change."""
+    array_job, array_task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array_job}_{array_task}" if array_job and array_task else os.environ.get("SLURM_JOB_ID")
+
+
 def requeue_slurm_job() -> str:
     """Put this SLURM job back in the queue (`scontrol requeue`); a line saying how it went."""
-    array_job, array_task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    job = f"{array_job}_{array_task}" if array_job and array_task else os.environ.get("SLURM_JOB_ID")
+    job = slurm_job_id()
     if not job:
         return "Not requeued: no SLURM_JOB_ID (not a SLURM job)."
     try:

@@ -7,6 +7,11 @@ process reports it to Optuna and, when the pruner says so, stops the trial with 
 rank then stops together at the next step, as for any preemption. The study lives in storage
 (a journal file under the logs folder, or any `--storage` URL), so rerunning the command, or
 starting more workers on other machines, continues the same study.
+
+Under SLURM (scripts/sweep.sbatch) a worker is one task of a job array. SLURM's warning before
+the time limit (SIGUSR1) stops its running trial cleanly (it saves `last.ckpt`), requeues the
+job, and the restarted worker resumes that trial from its checkpoint: the trial stays `running`
+in the study meanwhile, marked with the job's id, which a requeue keeps.
 """
 
 import argparse
@@ -18,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,12 +31,13 @@ from typing import Any, Literal
 import lightning as L
 import yaml
 
-from . import trackers
+from . import early_signal, launcher, trackers
 from .errors import ArgumentParser
 from .files import write_atomically
 
 POLL_S = 0.5  # how often this process reads a running trial's metrics
 PRUNED_AFTER_S = 120  # a pruned trial still running after this long is killed
+EXIT_STOPPED = 143  # what a stopped trial (and a worker stopped to be requeued) exits with
 DEFAULT_SPACE = Path("configs/sweep.yaml")
 
 
@@ -228,15 +234,74 @@ def open_study(attempts: int = 5, journal: Path | None = None, **settings: Any) 
 
 
 def fail_abandoned_trials(study: Any) -> None:
-    """Trials left RUNNING by a worker of this machine that no longer exists are marked failed."""
+    """Trials left RUNNING by a worker that no longer exists are marked failed: one of this
+    machine whose process is gone, or a SLURM job no longer queued (a requeued one resumes its own)."""
     import optuna
 
     host = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if job := trial.user_attrs.get("slurm_job"):
+            if not slurm_job_queued(job):
+                study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+                print(f"Trial {trial.number}: its SLURM job {job} has ended; marked failed.")
+            continue
         worker_host, _, pid = str(trial.user_attrs.get("worker", "")).partition(":")
         if worker_host == host and pid.isdigit() and not pid_alive(int(pid)):
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             print(f"Trial {trial.number}: its worker (PID {pid}) is gone; marked failed.")
+
+
+def slurm_job_queued(job: str) -> bool:
+    """Whether SLURM job `job` is still pending or running (requeued included); True when
+    squeue cannot tell (not on the cluster): its trial is then left as it is."""
+    try:
+        result = subprocess.run(
+            ["squeue", "--noheader", f"--jobs={job}", "--states=all", "--format=%T"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    if result.returncode != 0:  # squeue refuses an id it no longer knows: the job is long gone
+        return "Invalid job id" not in result.stderr
+    states = set(result.stdout.split())
+    return bool(states & {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED"})
+
+
+def own_interrupted_trial(study: Any, job: str | None) -> Any:
+    """The trial this SLURM job was running when it was stopped to be requeued, as an
+    `optuna.trial.Trial` to report to; None when there is none."""
+    import optuna
+
+    if job is None:
+        return None
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if trial.user_attrs.get("slurm_job") == job:
+            # Optuna has no public lookup of a running trial by number; its id is on the FrozenTrial.
+            return optuna.trial.Trial(study, trial._trial_id)
+    return None
+
+
+class Preemption:
+    """SLURM's warning to this worker (SIGUSR1, `#SBATCH --signal=B:USR1@N`), noted from the
+    process's first moment (kit/early_signal.py) until the sweep ends."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        if "SLURM_JOB_ID" in os.environ:
+            signal.signal(early_signal.REQUEUE_SIGNAL, self._note)
+            self.requested = early_signal.take()
+
+    def _note(self, signum: int, frame: Any) -> None:
+        if not self.requested:
+            print("SLURM's warning signal: stopping the trial to requeue this worker.", flush=True)
+        self.requested = True
+
+    def requeue(self) -> int:
+        """Requeue this job; the exit code of a worker stopped to be requeued."""
+        print(launcher.requeue_slurm_job(), flush=True)
+        return EXIT_STOPPED
 
 
 def pid_alive(pid: int) -> bool:
@@ -250,22 +315,46 @@ def pid_alive(pid: int) -> bool:
 
 
 def run_trial(
-    study: Any, trial: Any, command: list[str], metrics: Path, log: Path, env: dict[str, str] | None = None
+    study: Any,
+    trial: Any,
+    command: list[str],
+    metrics: Path,
+    log: Path,
+    env: dict[str, str] | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> tuple[str, float | None]:
-    """Run one trial's `fit`, reporting each epoch's metric; ("complete"|"pruned"|"failed", best)."""
-    values: list[float] = []
+    """Run one trial's `fit`, reporting each epoch's metric; ("complete"|"pruned"|"failed"|
+    "stopped", best). `stop()` true: the trial is stopped to be resumed later ("stopped").
+
+    A resumed trial appends to the metrics (and output) of its first run: epochs reported
+    then are not reported again."""
+    earlier = read_records(metrics)
+    values: list[float] = [record["value"] for record in earlier]
+    reported = {record["epoch"] for record in earlier}
     pruned_at: float | None = None
-    with log.open("w") as output:
+    stopped = False
+    with log.open("a" if earlier else "w") as output:
         # A session of its own: the trial's signals reach its ranks, never this process.
+        # SIGUSR1 ignored: under SLURM it is the sweep's to answer (see Preemption), not the trial's.
         process = subprocess.Popen(
-            command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            preexec_fn=lambda: signal.signal(early_signal.REQUEUE_SIGNAL, signal.SIG_IGN),
         )
         try:
-            seen = 0
+            seen = len(earlier)
             killed = False
             while process.poll() is None or seen < count_lines(metrics):
+                if stop() and not stopped and pruned_at is None:
+                    stopped = signal_trial(process, signal.SIGTERM)  # saves last.ckpt, exits 143
                 for record in read_records(metrics)[seen:]:
                     seen += 1
+                    if record["epoch"] in reported:
+                        continue
+                    reported.add(record["epoch"])
                     values.append(record["value"])
                     trial.report(record["value"], record["epoch"])
                     if pruned_at is None and trial.should_prune():
@@ -281,6 +370,8 @@ def run_trial(
     best = (max if study.direction.name == "MAXIMIZE" else min)(values) if values else None
     if pruned_at is not None:
         return "pruned", best
+    if stopped and process.returncode != 0:
+        return "stopped", best
     return ("complete" if process.returncode == 0 and best is not None else "failed"), best
 
 
@@ -413,24 +504,41 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
     except SweepError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    preemption = Preemption()
+    slurm_job = launcher.slurm_job_id()
+    resumed = own_interrupted_trial(study, slurm_job)  # this job was requeued mid-trial
     fail_abandoned_trials(study)
     worker = f"{socket.gethostname()}:{os.getpid()}"
     while True:
-        finished = study.get_trials(deepcopy=False, states=counted_states())
-        if len(finished) >= args.n_trials:
-            break
-        trial = study.ask()
-        trial.set_user_attr("worker", worker)
-        params = {key: suggest(trial, key, param) for key, param in space.params.items()}
-        folder = study_dir / f"trial_{trial.number:03d}"
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        if preemption.requested:
+            return preemption.requeue()
+        resume_from: Path | None = None
+        if resumed is not None:
+            trial, resumed = resumed, None
+            params = trial.params
+            folder = study_dir / f"trial_{trial.number:03d}"
+            resume_from = newest_last_checkpoint(folder)
+            print(f"Trial {trial.number}: resumed from {resume_from or 'the start'}", flush=True)
+        else:
+            finished = study.get_trials(deepcopy=False, states=counted_states())
+            if len(finished) >= args.n_trials:
+                break
+            trial = study.ask()
+            trial.set_user_attr("worker", worker)
+            if slurm_job:
+                trial.set_user_attr("slurm_job", slurm_job)
+            params = {key: suggest(trial, key, param) for key, param in space.params.items()}
+            folder = study_dir / f"trial_{trial.number:03d}"
+        if resume_from is None:  # a new trial, or one stopped before its first checkpoint
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
         metrics = folder / "metrics.jsonl"
         command = [
             *fit_command,
             *fit_args,
             *(flag(key, value) for key, value in params.items()),
+            *([f"--ckpt_path={resume_from}"] if resume_from else []),
             f"--trainer.default_root_dir={folder}",
             f"--trainer.callbacks+={MetricsFile.__module__}.MetricsFile",
             f"--trainer.callbacks.path={metrics}",
@@ -441,18 +549,25 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
         shown_params = ", ".join(f"{key}={format_value(value)}" for key, value in params.items())
         print(f"Trial {trial.number}: {shown_params}", flush=True)
         # A tracker preset (configs/loggers/) groups the trials by study: kit/trackers.py.
+        # The trial runs as on any machine, without SLURM's variables: this worker answers to SLURM
+        # (its signal, the requeue), and Lightning would take a DDP trial's processes for srun's.
         env = {
-            **os.environ,
+            **{name: value for name, value in os.environ.items() if not name.startswith("SLURM_")},
             trackers.SWEEP_STUDY: args.study,
             trackers.SWEEP_TRIAL: str(trial.number),
             trackers.SWEEP_ROOT: str(Path(root_dir).resolve()),
         }
         try:
-            state, best = run_trial(study, trial, command, metrics, folder / "output.log", env)
+            state, best = run_trial(
+                study, trial, command, metrics, folder / "output.log", env, lambda: preemption.requested
+            )
         except KeyboardInterrupt:  # the trial was stopped too; rerun the command to go on
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             print(f"\nSweep interrupted: trial {trial.number} marked failed. Rerun the command to continue.")
             return 130
+        if state == "stopped":  # left running in the study: this job resumes it when requeued
+            print(f"Trial {trial.number}: stopped, last.ckpt saved; it resumes when this job restarts.")
+            return preemption.requeue()
         if state == "complete":
             study.tell(trial, best)
         else:
@@ -473,9 +588,18 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
 
 def worker_seed(seed: int | None) -> int | None:
     """The sampler's seed for this worker. The tasks of a SLURM job array (`scripts/sweep.sbatch`)
-    each add their task id: with one seed they would all suggest the same settings."""
+    each add their task id: with one seed they would all suggest the same settings. A requeued
+    task adds 1000 per restart, or it would suggest its first trial's settings again."""
     task = os.environ.get("SLURM_ARRAY_TASK_ID")
-    return seed + int(task) if seed is not None and task is not None else seed
+    if seed is None or task is None:
+        return seed
+    return seed + int(task) + 1000 * int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+
+
+def newest_last_checkpoint(folder: Path) -> Path | None:
+    """The trial's `last.ckpt` to resume from (its run folders are under `folder`)."""
+    found = sorted(folder.rglob("last.ckpt"), key=lambda path: path.stat().st_mtime)
+    return found[-1].resolve() if found else None
 
 
 def counted_states() -> tuple[Any, ...]:
