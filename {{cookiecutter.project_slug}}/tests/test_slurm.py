@@ -29,7 +29,8 @@ pytestmark = pytest.mark.slow
 SCRIPT = PROJECT_ROOT / "scripts" / "slurm.sbatch"
 SWEEP_SCRIPT = PROJECT_ROOT / "scripts" / "sweep.sbatch"
 EPOCHS = 5
-STEPS_PER_EPOCH = 10  # 1,258 training images, 629 per task, 64 a batch
+TRAIN_IMAGES = 1258
+STEPS_PER_EPOCH = 10  # 629 training images per task, 64 a batch
 # Overrides of the script's #SBATCH lines for this one 2-CPU node; the rest (--signal, --requeue) stay.
 SBATCH = (
     "--nodes=1",
@@ -349,10 +350,13 @@ def load_study(folder: Path, name: str):
     return optuna.load_study(study_name=name, storage=storage)
 
 
-def test_a_sweep_runs_as_a_job_array_whose_workers_share_one_study(cluster, tmp_path):
+def test_a_sweep_runs_as_a_job_array_whose_workers_share_one_study_with_ddp_trials(cluster, tmp_path):
+    """Each trial is DDP on the CPU (2 processes) inside its 1-task worker: Lightning starts the
+    processes, as on any machine (the sweep gives its trials no SLURM variables)."""
     optuna = pytest.importorskip("optuna", reason='needs the sweep extra: pip install -e ".[sweep]"')
     folder = job_folder(tmp_path)
-    job = submit_sweep(cluster, folder, "--n_trials=3", "--study=array", *SWEEP_TRAIN)
+    ddp = ("-c", "configs/presets/ddp_cpu.yaml")
+    job = submit_sweep(cluster, folder, "--n_trials=3", "--study=array", *ddp, *SWEEP_TRAIN)
     for task in ("0", "1"):
         info = wait_for(cluster, f"{job}_{task}", ENDED, timeout=600)
         assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), output(folder, f"{job}_{task}")
@@ -363,6 +367,10 @@ def test_a_sweep_runs_as_a_job_array_whose_workers_share_one_study(cluster, tmp_
     assert len(trials) == 3 and all(trial.state in done for trial in trials), trials
     assert len({trial.user_attrs["worker"] for trial in trials}) == 2  # both workers ran trials
     assert len({tuple(sorted(trial.params.items())) for trial in trials}) == 3  # each its own settings
+    for trial in trials:  # one epoch of half the training images each: the two ranks shared them
+        (last,) = (study_dir / f"trial_{trial.number:03d}").glob("*/version_*/checkpoints/last.ckpt")
+        per_rank, batch_size = TRAIN_IMAGES // 2, trial.params["data.batch_size"]
+        assert load(last)["global_step"] in (per_rank // batch_size, -(-per_rank // batch_size))
 
     trained = subprocess.run(
         [sys.executable, "main.py", "fit", "-c", str(study_dir / "best.yaml"), "--trainer.max_steps=2"],
