@@ -90,10 +90,11 @@ def tests(session: nox.Session) -> None:
     # The tests install rendered projects with `python -m pip`, which a uv-made venv lacks.
     session.install("pip")
     # Test files side by side (pytest-xdist, from the project's test extra), each whole on one
-    # worker: a file's rendered projects are installed into this one environment in turn.
-    session.run(
-        "pytest", "--numprocesses=auto", "--maxprocesses=4", "--dist=loadfile", "tests", *session.posargs
-    )
+    # worker: a file's rendered projects are installed into this one environment in turn. One
+    # torch thread per process, as in the project's own sessions (its noxfile says why).
+    session.env["OMP_NUM_THREADS"] = "1"
+    side_by_side = ("--numprocesses=auto", "--maxprocesses=4", "--dist=loadfile")
+    session.run("pytest", *side_by_side, "tests", *session.posargs)
 
 
 @nox.session

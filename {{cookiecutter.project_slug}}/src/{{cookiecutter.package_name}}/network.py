@@ -26,7 +26,6 @@ class ConvNet(nn.Module):
         channels, height, width_px = image_shape
         if min(height, width_px) < 2:  # the 2x2 max-pool below would leave no pixel
             raise ValueError(f"--data: {height}x{width_px} images are too small for ConvNet's 2x2 pooling.")
-        pooled_pixels = (height // 2) * (width_px // 2)
         self.features = nn.Sequential(
             nn.Conv2d(channels, width, kernel_size=3, padding=1),
             nn.BatchNorm2d(width),
@@ -39,7 +38,7 @@ class ConvNet(nn.Module):
         self.classifier = nn.Sequential(
             nn.Flatten(),
             nn.Dropout(dropout),
-            nn.Linear(2 * width * pooled_pixels, hidden_size),
+            nn.Linear(2 * width * (height // 2) * (width_px // 2), hidden_size),  # after the pooling
             nn.ReLU(),
             nn.Dropout(dropout),
             nn.Linear(hidden_size, num_classes),
