@@ -8,9 +8,10 @@ import pytest
 import torch
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from {{ cookiecutter.package_name }}.kit.internals import end_other_ranks, logging_switched_off
+from {{ cookiecutter.package_name }}.kit.internals import end_other_ranks, logging_switched_off, trial_to_report_to
 
 from kit_fixtures import FEATURES, TinyModel
+from kit_testing import extra
 
 
 def test_the_ddp_launcher_still_ends_the_ranks_it_started():
@@ -51,3 +52,16 @@ def test_with_logging_switched_off_a_training_step_runs_outside_the_loops_and_lo
     assert "log" not in vars(model) and "log_dict" not in vars(model), "the methods are back"
     with pytest.raises(MisconfigurationException):
         model.log("train/loss", 1.0)
+
+
+def test_a_running_trial_found_again_takes_reports_and_finishes_as_itself():
+    optuna = extra("optuna", "sweep")
+    study = optuna.create_study(direction="maximize")
+    started = study.ask()
+    (frozen,) = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    again = trial_to_report_to(study, frozen)
+    assert again.number == started.number
+    again.report(0.5, step=0)
+    study.tell(again, 0.5)
+    (finished,) = study.get_trials()
+    assert finished.state == optuna.trial.TrialState.COMPLETE and finished.intermediate_values == {0: 0.5}

@@ -1,4 +1,4 @@
-"""The kit's uses of Lightning or torch behaviour that no public API offers, one function each.
+"""The kit's uses of Lightning, torch or Optuna behaviour that no public API offers, one function each.
 
 Each says why it is needed; `tests/kit/test_internals.py` fails loudly when Lightning changes
 what it relies on. Add here rather than anywhere else in the kit.
@@ -7,6 +7,7 @@ what it relies on. Add here rather than anywhere else in the kit.
 import contextlib
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import lightning as L
 
@@ -38,3 +39,16 @@ def logging_switched_off(module: L.LightningModule) -> Iterator[None]:
         yield
     finally:
         del module.log, module.log_dict
+
+
+def trial_to_report_to(study: Any, frozen: Any) -> Any:
+    """The `optuna.trial.Trial` of a RUNNING trial that `study.get_trials` returned (a FrozenTrial),
+    to report its metrics and finish it.
+
+    Why: a requeued sweep worker (SLURM) goes on with the trial it was running when it was stopped;
+    Optuna offers no public way back from a trial's number to a `Trial` (`study.ask` only makes
+    new ones), and the storage id that `Trial` takes is the FrozenTrial's private `_trial_id`.
+    """
+    import optuna
+
+    return optuna.trial.Trial(study, frozen._trial_id)

@@ -34,6 +34,7 @@ import yaml
 from . import early_signal, launcher, trackers
 from .errors import ArgumentParser
 from .files import write_atomically
+from .internals import trial_to_report_to
 
 POLL_S = 0.5  # how often this process reads a running trial's metrics
 PRUNED_AFTER_S = 120  # a pruned trial still running after this long is killed
@@ -278,8 +279,7 @@ def own_interrupted_trial(study: Any, job: str | None) -> Any:
         return None
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         if trial.user_attrs.get("slurm_job") == job:
-            # Optuna has no public lookup of a running trial by number; its id is on the FrozenTrial.
-            return optuna.trial.Trial(study, trial._trial_id)
+            return trial_to_report_to(study, trial)  # kit/internals.py says why
     return None
 
 
