@@ -6,6 +6,7 @@ The helpers they share with the kit's tests live in `kit/kit_testing.py` (on the
 
 import os
 import runpy
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ __all__ = [
     "PROJECT_ROOT",
     "extra",
     "main_py_environment",
+    "main_py_process",
     "requires_gpus",
     "run_main",
     "tensorboard_scalars",
@@ -39,6 +41,18 @@ def main_py_environment(drop: tuple[str, ...] = ()) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join(filter(None, paths)),
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def main_py_process(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`python main.py ARGS` in a process of its own, in `cwd`; its output captured."""
+    return subprocess.run(
+        [sys.executable, str(MAIN), *args],
+        cwd=cwd,
+        env=main_py_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from conftest import MAIN, PROJECT_ROOT, extra, main_py_environment
+from conftest import MAIN, PROJECT_ROOT, extra, main_py_environment, main_py_process
 from {{ cookiecutter.package_name }}.cli import cli_main
 from {{ cookiecutter.package_name }}.kit import doctor, sweep
 
@@ -109,14 +109,7 @@ def refused_here(
 def refused_by_main_py(project: Path, naming: str, *args: str) -> None:
     """`python main.py ARGS` in a process of its own is refused."""
     before = snapshot(project / "logs")
-    result = subprocess.run(
-        [sys.executable, str(MAIN), *args],
-        cwd=project,
-        env=main_py_environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = main_py_process(project, *args, timeout=120)
     assert_refused(result.returncode, result.stderr, naming, before, project)
 
 

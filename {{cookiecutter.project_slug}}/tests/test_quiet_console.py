@@ -6,12 +6,10 @@ any other warning fails this test unless it is on the allow-list below, with why
 """
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from conftest import MAIN, main_py_environment
+from conftest import main_py_process
 
 ALLOWED = (
     # Lightning, where SLURM is installed but the run was not started with srun: it tells a
@@ -31,14 +29,7 @@ def unexpected_warnings(output: str) -> list[str]:
 @pytest.mark.slow
 def test_fit_and_test_print_only_warnings_a_user_can_act_on(tmp_path):
     def main_py(*args: str) -> str:
-        result = subprocess.run(
-            [sys.executable, str(MAIN), *args],
-            cwd=tmp_path,
-            env=main_py_environment(),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        result = main_py_process(tmp_path, *args)
         assert result.returncode == 0, result.stderr[-3000:]
         return result.stdout + result.stderr
 
