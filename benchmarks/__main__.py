@@ -14,7 +14,7 @@ from pathlib import Path
 from .project import check_project, render_project
 from .report import machine, save, table
 
-MEASUREMENTS = ("throughput", "startup", "accuracy", "suite", "shipping")
+MEASUREMENTS = ("throughput", "costs", "startup", "accuracy", "suite", "shipping")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -59,7 +59,7 @@ def measure(project: Path, args: argparse.Namespace) -> dict:
     figures: dict = {"machine": machine(), "project": str(project)}
     for name in args.only:
         module = importlib.import_module(f".{name}", __package__)
-        if name == "throughput":
+        if name in ("throughput", "costs"):
             import torch
 
             if args.threads:

@@ -43,7 +43,33 @@ BARE_FLAGS = [
     "--trainer.callbacks=[]",
 ]
 
-RUN_FLAGS = {"fit_bare": BARE_FLAGS, "fit_compiled": ["--compile.enabled=true"]}
+
+@dataclass(frozen=True)
+class Feature:
+    """One always-on part of the default `fit`, and how the cost table (costs.py) turns it off:
+    flags, or callbacks (by class name) taken out of the trainer `main.py fit` builds."""
+
+    label: str
+    flags: tuple[str, ...] = ()
+    callbacks: tuple[str, ...] = ()
+
+
+FEATURES = {
+    "without_nan_stop": Feature("NaN stop", callbacks=("StopOnNonFiniteLoss",)),
+    "without_exact_resume": Feature("exact resume", callbacks=("ExactResume",)),
+    "without_graceful_stop": Feature("graceful interrupt", callbacks=("GracefulInterrupt",)),
+    "without_lr_monitor": Feature("LR monitor", callbacks=("LearningRateMonitor",)),
+    "without_pictures": Feature("validation pictures", callbacks=("ValidationImages",)),
+    "without_best_ckpt": Feature("best checkpoint", callbacks=("BestCheckpoint",)),
+    "without_last_ckpt": Feature("last checkpoint", callbacks=("LastCheckpoint",)),
+    "without_progress_bar": Feature("progress bar", flags=("--trainer.enable_progress_bar=false",)),
+    "without_logging": Feature("metric logging (TensorBoard)", flags=("--trainer.logger=false",)),
+}
+RUN_FLAGS = {
+    "fit_bare": BARE_FLAGS,
+    "fit_compiled": ["--compile.enabled=true"],
+    **{run: list(feature.flags) for run, feature in FEATURES.items()},
+}
 
 
 @dataclass(frozen=True)
@@ -293,7 +319,11 @@ def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTi
             trainer.fit(FloorModule(cli.model.network, make_optimizer), datamodule)
         else:
             trainer = cli.trainer
-            trainer.callbacks.append(timer)
+            removed = FEATURES[run].callbacks if run in FEATURES else ()
+            kept = [callback for callback in trainer.callbacks if type(callback).__name__ not in removed]
+            if len(kept) == len(trainer.callbacks) and removed:
+                raise RuntimeError(f"{run}: the trainer has no callback among {removed}")
+            trainer.callbacks[:] = [*kept, timer]
             trainer.fit(cli.model, datamodule)
         steps = trainer.num_training_batches
 
@@ -303,15 +333,24 @@ def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTi
     return timer, steps
 
 
-def measure_workload(project: Path, workload: Workload, rounds: int, log: Callable[[str], None]) -> dict:
-    """Median wall and CPU ms per epoch of each run, and its ratios to the plain loop run in lockstep."""
-    times = {run: EpochTimes() for run in RUNS}
-    ratios: dict[str, dict[str, list[float]]] = {run: {} for run in LIGHTNING_RUNS}
+def measure_workload(
+    project: Path,
+    workload: Workload,
+    rounds: int,
+    log: Callable[[str], None],
+    lightning_runs: tuple[str, ...] = LIGHTNING_RUNS,
+) -> dict:
+    """Median wall and CPU ms per epoch of each run, and its ratios to the plain loop run in lockstep;
+    `*_spread`: how far apart the rounds' own median ratios lie (max - min)."""
+    runs = ("plain", *lightning_runs)
+    times = {run: EpochTimes() for run in runs}
+    ratios: dict[str, dict[str, list[float]]] = {run: {} for run in lightning_runs}
+    round_ratios: dict[str, dict[str, list[float]]] = {run: {} for run in lightning_runs}
     steps = {}
     warmups: dict[str, list[float]] = {}
     for round_index in range(rounds):
-        shift = round_index % len(LIGHTNING_RUNS)  # no run always goes first
-        for run in LIGHTNING_RUNS[shift:] + LIGHTNING_RUNS[:shift]:
+        shift = round_index % len(lightning_runs)  # no run always goes first
+        for run in lightning_runs[shift:] + lightning_runs[:shift]:
             log(f"throughput: {workload.name} round {round_index + 1}/{rounds}: {run} (and plain)")
             timer, steps[run] = time_run(project, workload, run)
             # The first epoch's extra time over the later ones: torch.compile's compile time.
@@ -327,14 +366,15 @@ def measure_workload(project: Path, workload: Workload, rounds: int, log: Callab
                 for suffix, clock in (("", 0), ("_cpu", 1)):
                     pairs = [mine[clock] / floor[clock] for mine, floor in zip(lightning, plain, strict=True)]
                     ratios[run].setdefault(f"{part}{suffix}_ratio", []).extend(pairs)
+                    round_ratios[run].setdefault(f"{part}{suffix}_ratio", []).append(statistics.median(pairs))
     if len(set(steps.values())) != 1:
         raise RuntimeError(f"the runs took different numbers of steps per epoch: {steps}")
 
     result: dict[str, Any] = {
-        "steps_per_epoch": steps[LIGHTNING_RUNS[0]],
-        "epochs_timed": len(times[LIGHTNING_RUNS[0]].train),
+        "steps_per_epoch": steps[lightning_runs[0]],
+        "epochs_timed": len(times[lightning_runs[0]].train),
     }
-    for run in RUNS:
+    for run in runs:
         figures = {
             f"{part}{suffix}_ms": 1000 * statistics.median(t[clock] for t in getattr(times[run], part))
             for part in ("train", "epoch")
@@ -342,6 +382,7 @@ def measure_workload(project: Path, workload: Workload, rounds: int, log: Callab
         }
         if run != "plain":
             figures.update({key: statistics.median(values) for key, values in ratios[run].items()})
+            figures.update({f"{key}_spread": max(v) - min(v) for key, v in round_ratios[run].items()})
             # What a run adds to an epoch: its median ratio applied to the median plain epoch.
             figures["epoch_overhead_ms"] = (figures["epoch_ratio"] - 1) * result["plain"]["epoch_ms"]
             figures["first_epoch_extra_s"] = statistics.median(warmups[run])
