@@ -128,16 +128,6 @@ def test_ddp_on_cpu_trains_two_ranks_as_one_run(tmp_path):
     assert_one_run_of_two_ranks(tmp_path, output)
 
 
-@pytest.mark.slow
-def test_ddp_on_cpu_test_subcommand_reports_one_accuracy_over_all_ranks(tmp_path):
-    run(tmp_path, sys.executable, str(MAIN), "test", *DDP_CPU, *SHORT)  # untrained weights will do
-    reports = rank_reports(tmp_path, "test")
-    assert [r["global_rank"] for r in reports] == [0, 1]
-    assert reports[0]["test_acc"] == reports[1]["test_acc"]
-    (run_dir,) = (tmp_path / "logs").glob("*/version_*")
-    assert tensorboard_scalars(run_dir)["test/acc"] == pytest.approx([reports[0]["test_acc"]])
-
-
 def predictions(folder: Path) -> list[dict[str, str]]:
     (path,) = (folder / "logs").glob("*/version_*/predictions.csv")
     with path.open() as file:
@@ -145,19 +135,23 @@ def predictions(folder: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_evaluation_on_two_ranks_counts_every_sample_once_as_one_device_does(tmp_path):
-    """Validation and test metrics and predictions do not depend on the device count (no padding)."""
+def test_test_and_predict_on_two_ranks_count_every_sample_once_as_one_device_does(tmp_path):
+    """Test metrics and predictions do not depend on the device count (no padding); `test` under
+    DDP reports one accuracy over all ranks, and logs it once. (`validate`: tests/kit.)"""
     run(tmp_path, sys.executable, str(MAIN), "fit", "--trainer.max_steps=5", *SHORT)
     (checkpoint,) = tmp_path.rglob("last.ckpt")
     single, double = tmp_path / "one", tmp_path / "two"
     for folder, flags in ((single, ("--trainer.devices=1",)), (double, DDP_CPU)):
         folder.mkdir()
-        for stage in ("validate", "test", "predict"):
+        for stage in ("test", "predict"):
             run(folder, sys.executable, str(MAIN), stage, f"--ckpt_path={checkpoint}", *flags, *SHORT)
-    for stage, metric in (("validate", "val_acc"), ("test", "test_acc")):
-        one_device, two_ranks = rank_reports(single, stage), rank_reports(double, stage)
-        assert len(two_ranks) == 2
-        assert one_device[0][metric] == pytest.approx(two_ranks[0][metric], abs=1e-6), stage
+    one_device, two_ranks = rank_reports(single, "test"), rank_reports(double, "test")
+    assert [r["global_rank"] for r in two_ranks] == [0, 1]
+    assert two_ranks[0]["test_acc"] == two_ranks[1]["test_acc"]
+    assert one_device[0]["test_acc"] == pytest.approx(two_ranks[0]["test_acc"], abs=1e-6)
+    runs = (double / "logs").glob("*/version_*")
+    (run_dir,) = [path for path in runs if not (path / "predictions.csv").exists()]  # test's, not predict's
+    assert tensorboard_scalars(run_dir)["test/acc"] == pytest.approx([two_ranks[0]["test_acc"]])
     rows = predictions(double)
     assert [int(row["index"]) for row in rows] == list(range(len(rows))), "each test sample once, in order"
     assert rows == predictions(single)

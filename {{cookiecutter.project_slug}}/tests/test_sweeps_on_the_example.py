@@ -1,5 +1,5 @@
 """`python main.py sweep` on the digits: trials, pruning of hopeless ones, a reproducible best
-config, DDP trials, and bad search spaces refused in one line before anything runs."""
+config, DDP trials. (Bad search spaces, and the rest of the sweep, are the kit's: tests/kit.)"""
 
 import subprocess
 import sys
@@ -66,26 +66,3 @@ def test_trials_run_with_ddp_and_are_pruned_on_every_rank(tmp_path):
         text = log.read_text()
         assert "Starting with 2 processes" in text or "distributed_backend=gloo" in text
         assert "every rank stops after this step" in text  # both ranks, at one step
-
-
-BAD_SPACES = {
-    "unknown-key": (
-        {"model.network.init_args.widht": {"type": "int", "low": 8, "high": 16}},
-        "is not in the config",
-    ),
-    "low-above-high": ({"optimizer.init_args.lr": {"type": "float", "low": 0.1, "high": 0.01}}, "swap them"),
-    "unknown-type": (
-        {"optimizer.init_args.lr": {"type": "gaussian", "low": 0.1, "high": 1}},
-        "float, int or categorical",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", BAD_SPACES.values(), ids=BAD_SPACES.keys())
-def test_a_bad_search_space_is_refused_in_one_line_before_any_trial(tmp_path, case):
-    params, expected = case
-    result = sweep(tmp_path, "--n_trials=2", space={**SPACE, "params": params})
-    assert result.returncode == 2
-    message = result.stderr.strip().splitlines()[-1]
-    assert message.startswith("error: ") and expected in message, message
-    assert not list(tmp_path.rglob("trial_*"))

@@ -134,6 +134,37 @@ def test_a_key_missing_from_the_config_is_refused_before_any_trial(tmp_path):
     assert not (tmp_path / "sweeps" / "sweep").exists() or not list((tmp_path / "sweeps").rglob("trial_*"))
 
 
+BAD_PARAMS = {
+    "unknown-type": ({"type": "gaussian", "low": 0.1, "high": 1}, "use float, int or categorical"),
+    "low-above-high": ({"type": "float", "low": 0.1, "high": 0.01}, "swap them"),
+    "log-from-zero": ({"type": "float", "low": 0.0, "high": 1, "log": True}, "low must be above 0"),
+    "no-choices": ({"type": "categorical", "choices": []}, "non-empty list of choices"),
+    "no-high": ({"type": "int", "low": 1}, "needs high"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_PARAMS.values(), ids=BAD_PARAMS.keys())
+def test_a_bad_search_space_is_named_in_one_line(tmp_path, case):
+    from {{ cookiecutter.package_name }}.kit.sweep import SweepError, load_space
+
+    param, expected = case
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({**SPACE, "params": {"optimizer.init_args.lr": param}}))
+    with pytest.raises(SweepError, match=expected) as refusal:
+        load_space(path)
+    assert "\n" not in str(refusal.value) and "optimizer.init_args.lr" in str(refusal.value)
+
+
+def test_a_search_space_key_must_name_a_setting_of_the_config():
+    from {{ cookiecutter.package_name }}.kit.sweep import Space, SweepError, check_keys
+
+    config = {"optimizer": {"init_args": {"lr": 0.01}}, "model": {"hidden": 16}}
+    searched = {"model.hidden": {}, "optimizer.init_args.lr": {}}
+    check_keys(Space("val/acc", "maximize", {}, searched, 0), config)
+    with pytest.raises(SweepError, match=r"'model.hiddn' is not in the config \('hiddn' not found"):
+        check_keys(Space("val/acc", "maximize", {}, {"model.hiddn": {}}, 0), config)
+
+
 def test_sweep_help_lists_its_own_options():
     result = subprocess.run(
         [
