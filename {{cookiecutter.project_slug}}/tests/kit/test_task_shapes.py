@@ -1,0 +1,58 @@
+"""Each kit capability on each of the fixtures' task shapes: tuple classification (`blobs`),
+tuple regression (`regression`) and dict batches with two named inputs (`named`)."""
+
+import csv
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kit_fixtures import FIXTURES, SAMPLES
+from kit_testing import run_fixtures
+
+DDP = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
+# What each fixture's predict_step returns, as predictions.csv's header.
+HEADERS = {
+    "blobs": ["index", "predicted", "probabilities_0", "probabilities_1", "probabilities_2"],
+    "regression": ["index", "prediction"],
+    "named": ["index", "predicted", "target"],
+}
+MONITOR = {"regression": ("--checkpoint.monitor=val/mse",)}
+
+
+def fit(folder: Path, fixture: str, *flags: str) -> None:
+    folder.mkdir(exist_ok=True)
+    result = run_fixtures(folder, f"--fixture={fixture}", "fit", *MONITOR.get(fixture, ()), *flags)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def predictions(folder: Path, fixture: str, *flags: str) -> list[list[str]]:
+    result = run_fixtures(folder, f"--fixture={fixture}", "predict", "--ckpt_path=last", *flags)
+    assert result.returncode == 0, result.stderr[-3000:]
+    path = max(folder.rglob("predictions.csv"), key=lambda path: path.stat().st_mtime)
+    with path.open(newline="") as file:
+        return list(csv.reader(file))
+
+
+def test_the_fixtures_cover_three_task_shapes():
+    assert set(FIXTURES) == set(HEADERS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", sorted(FIXTURES))
+def test_each_task_shape_tunes_its_batch_size_trains_and_predicts(tmp_path, fixture):
+    fit(tmp_path, fixture, "--data.batch_size=auto", "--trainer.max_epochs=1")
+    (config,) = tmp_path.rglob("config.yaml")
+    assert yaml.safe_load(config.read_text())["data"]["batch_size"] == SAMPLES, "tuples and dicts alike"
+    header, *rows = predictions(tmp_path, fixture, "--data.batch_size=16")
+    assert header == HEADERS[fixture]
+    assert [int(row[0]) for row in rows] == list(range(SAMPLES // 4)), "one row a sample, in order"
+    assert all(len(row) == len(header) and all(row) for row in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["regression", "named"])
+def test_ddp_ranks_predictions_merge_into_the_one_device_file(tmp_path, fixture):
+    fit(tmp_path, fixture, "--trainer.max_epochs=1")
+    alone = predictions(tmp_path, fixture)
+    assert predictions(tmp_path, fixture, *DDP) == alone
