@@ -5,6 +5,7 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from kit_fixtures import FIXTURES, SAMPLES
@@ -56,3 +57,34 @@ def test_ddp_ranks_predictions_merge_into_the_one_device_file(tmp_path, fixture)
     fit(tmp_path, fixture, "--trainer.max_epochs=1")
     alone = predictions(tmp_path, fixture)
     assert predictions(tmp_path, fixture, *DDP) == alone
+
+
+@pytest.mark.slow
+def test_ddp_ranks_tune_one_batch_size_from_dict_batches(tmp_path):
+    fit(tmp_path, "named", *DDP, "--data.batch_size=auto", "--trainer.max_epochs=1", "--trainer.max_steps=1")
+    (config,) = tmp_path.rglob("config.yaml")
+    # On a CPU nothing runs out of memory: each rank's share of the training samples is the limit.
+    assert yaml.safe_load(config.read_text())["data"]["batch_size"] == SAMPLES // 2
+
+
+def last_checkpoint(folder: Path) -> dict:
+    (path,) = folder.rglob("last.ckpt")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["regression", "named"])
+def test_each_task_shape_resumes_exactly_after_sigterm(tmp_path, fixture):
+    steps = ("--trainer.max_steps=24", "--trainer.max_epochs=-1")  # 15 batches an epoch
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    fit(straight, fixture, *steps)
+    stopped.mkdir()
+    signal_at = ("--trainer.callbacks+=faults.SignalAt", "--trainer.callbacks.step=18")
+    flags = (f"--fixture={fixture}", "fit", *MONITOR.get(fixture, ()), *steps)
+    interrupted = run_fixtures(stopped, *flags, *signal_at)
+    assert interrupted.returncode == 143 and last_checkpoint(stopped)["global_step"] == 18, interrupted.stderr
+    fit(stopped, fixture, *steps, "--ckpt_path=last")
+    first, second = last_checkpoint(straight), last_checkpoint(stopped)
+    assert second["global_step"] == 24
+    for name, tensor in first["state_dict"].items():
+        assert torch.equal(tensor, second["state_dict"][name]), f"{name} differs after the resume"
