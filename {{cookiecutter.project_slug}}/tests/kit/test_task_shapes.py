@@ -2,11 +2,14 @@
 tuple regression (`regression`) and dict batches with two named inputs (`named`)."""
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+
+from {{ cookiecutter.package_name }}.kit.export import FORMATS
 
 from kit_fixtures import FIXTURES, SAMPLES
 from kit_testing import run_fixtures
@@ -88,3 +91,19 @@ def test_each_task_shape_resumes_exactly_after_sigterm(tmp_path, fixture):
     assert second["global_step"] == 24
     for name, tensor in first["state_dict"].items():
         assert torch.equal(tensor, second["state_dict"][name]), f"{name} differs after the resume"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["regression", "named"])
+def test_each_task_shape_exports_from_a_real_batch_with_parity(tmp_path, fixture):
+    fit(tmp_path, fixture, "--trainer.max_epochs=1")
+    for format, suffix in FORMATS.items():
+        output = tmp_path / f"model{suffix}"
+        flags = ("--ckpt_path=last", f"--format={format}", f"--output={output}")
+        result = run_fixtures(tmp_path, f"--fixture={fixture}", "export", *flags)
+        assert result.returncode == 0, result.stderr[-3000:]
+        metadata = json.loads(output.with_name(output.name + ".json").read_text())
+        names = {"regression": ["input"], "named": ["x", "extra"]}[fixture]
+        assert [entry["name"] for entry in metadata["inputs"]] == names, "forward's inputs, not the target"
+        assert metadata["output"]["shape"] == [None, {"regression": 1, "named": 3}[fixture]]
+        assert "num_classes" not in metadata and metadata["parity"]["max_abs_error"] <= 1e-4
