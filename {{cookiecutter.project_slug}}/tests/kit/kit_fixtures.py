@@ -1,23 +1,28 @@
-"""A model and a data set the kit has never seen: the kit's own fixtures, nothing of the example.
+"""Models and data sets the kit has never seen: the kit's own fixtures, nothing of the example.
 
-Run as `python -m kit_fixtures fit ...` (with src/ and this folder on PYTHONPATH), it is a
-`main.py` for them, built on `kit.cli.KitCLI` the way the project's own `cli.py` is.
+Three task shapes, each a (model, DataModule) pair in `FIXTURES`: `blobs` (tuple batches,
+classification), `regression` (tuple batches, one float target, MSE) and `named` (dict batches,
+two named inputs and a class target). Run as `python -m kit_fixtures [--fixture=NAME] fit ...`
+(with src/ and this folder on PYTHONPATH; `blobs` unless named), it is a `main.py` for them,
+built on `kit.cli.KitCLI` the way the project's own `cli.py` is.
 """
 
+import functools
 import math
 import os
 import sys
-from typing import Literal
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from torch import Tensor, nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 from {{ cookiecutter.package_name }}.kit.cli import KitCLI, run
 from {{ cookiecutter.package_name }}.kit.datamodule import KitDataModule
 
 FEATURES, CLASSES, SAMPLES = 4, 3, 240
+EXTRA = 2  # the `named` fixture's second input: 2 numbers a sample
 IMAGES = "--data.shape=[1,8,8]"  # the blobs as tiny 1x8x8 images, for the TensorBoard pictures
 LR = 0.01  # TinyModel's learning rate, unless --optimizer says otherwise
 
@@ -51,8 +56,44 @@ class Blobs(KitDataModule):
         centres = 3 * torch.randn(CLASSES, *self.input_shape, generator=generator)
         labels = torch.arange(self.samples + self.samples // 4) % CLASSES
         points = centres[labels] + torch.randn(len(labels), *self.input_shape, generator=generator)
-        self.train_set = TensorDataset(points[: self.samples], labels[: self.samples])
-        self.val_set = self.test_set = TensorDataset(points[self.samples :], labels[self.samples :])
+        self.train_set = self.dataset(points[: self.samples], labels[: self.samples])
+        self.val_set = self.test_set = self.dataset(points[self.samples :], labels[self.samples :])
+
+    def dataset(self, points: Tensor, labels: Tensor) -> Dataset:
+        """Samples as `(point, label)` tuples."""
+        return TensorDataset(points, labels)
+
+
+class BlobsRegression(Blobs):
+    """The blobs with a float target a sample: its label plus the mean of its point, shape (1,)."""
+
+    def dataset(self, points: Tensor, labels: Tensor) -> Dataset:
+        return TensorDataset(points, regression_target(points, labels))
+
+
+def regression_target(points: Tensor, labels: Tensor) -> Tensor:
+    return (labels.float() + points.flatten(1).mean(dim=1)).unsqueeze(1)
+
+
+class BlobsNamed(Blobs):
+    """The blobs as dict samples, the way Hugging Face style data arrives: `x` (the point),
+    `extra` (two more numbers) and `target` (the label)."""
+
+    def dataset(self, points: Tensor, labels: Tensor) -> Dataset:
+        return NamedTensors(x=points, extra=points.flatten(1)[:, :EXTRA].square(), target=labels)
+
+
+class NamedTensors(Dataset):
+    """Tensors of equal length, served one sample at a time as a dict of the same names."""
+
+    def __init__(self, **tensors: Tensor) -> None:
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return len(next(iter(self.tensors.values())))
+
+    def __getitem__(self, index: int) -> dict[str, Tensor]:
+        return {name: tensor[index] for name, tensor in self.tensors.items()}
 
 
 def fake_memory_limit() -> int | None:
@@ -70,57 +111,145 @@ def fake_memory_limit() -> int | None:
 
 class TinyModel(L.LightningModule):
     """An MLP with BatchNorm and dropout: running statistics and random draws that an exact resume
-    and the batch-size search must leave as they were.
+    and the batch-size search must leave as they were. Classifies the blobs.
 
     On a CPU nothing runs out of memory, so the forward pass fakes it: with FAKE_OOM_ABOVE set it
     raises torch.OutOfMemoryError on larger batches, after computing (and updating BatchNorm's
     running statistics), as a step that runs out halfway would.
     """
 
+    outputs = CLASSES  # numbers the network puts out per sample
+    extra_features = 0  # numbers of a second input, after the point
+
     def __init__(self, hidden: int = 16, input_shape: tuple[int, ...] = (FEATURES,)) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.layers = nn.Sequential(
             nn.Flatten(),
-            nn.Linear(math.prod(input_shape), hidden),
+            nn.Linear(math.prod(input_shape) + self.extra_features, hidden),
             nn.BatchNorm1d(hidden),
             nn.ReLU(),
             nn.Dropout(0.2),
-            nn.Linear(hidden, CLASSES),
+            nn.Linear(hidden, self.outputs),
         )
         self.example_input_array = torch.zeros(1, *input_shape)  # for the graph in TensorBoard
 
     def forward(self, points: Tensor) -> Tensor:
-        logits = self.layers(points)
-        limit = fake_memory_limit()
-        if limit is not None and len(points) > limit and not torch.jit.is_tracing():  # not for the graph
-            raise torch.OutOfMemoryError(f"simulated: a batch of {len(points)} above {limit}")
-        return logits
+        return fake_memory_use(self.layers(points), points)
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        points, labels = batch
-        loss = nn.functional.cross_entropy(self(points), labels)
+    def inputs_and_target(self, batch: Any) -> tuple[dict[str, Tensor], Tensor]:
+        points, target = batch
+        return {"points": points}, target
+
+    def loss(self, output: Tensor, target: Tensor) -> Tensor:
+        return nn.functional.cross_entropy(output, target)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        inputs, target = self.inputs_and_target(batch)
+        loss = self.loss(self(**inputs), target)
         self.log("train/loss", loss)
         return loss
 
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        points, labels = batch
-        logits = self(points)
-        self.log("val/loss", nn.functional.cross_entropy(logits, labels))
-        self.log("val/acc", (logits.argmax(-1) == labels).float().mean())
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        inputs, target = self.inputs_and_target(batch)
+        output = self(**inputs)
+        self.log("val/loss", self.loss(output, target))
+        self.log_quality(output, target)
+
+    def log_quality(self, output: Tensor, target: Tensor) -> None:
+        self.log("val/acc", (output.argmax(-1) == target).float().mean())
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """A class and each class's probability (a column of 3 numbers)."""
+        inputs, _ = self.inputs_and_target(batch)
+        probabilities = self(**inputs).softmax(dim=-1)
+        return {"predicted": probabilities.argmax(dim=-1), "probabilities": probabilities}
 
     def configure_optimizers(self) -> torch.optim.Optimizer:  # replaced by --optimizer when given
         return torch.optim.Adam(self.parameters(), lr=LR)
 
 
+class TinyRegressor(TinyModel):
+    """The MLP with one float output, trained with MSE: a regressor."""
+
+    outputs = 1
+
+    def loss(self, output: Tensor, target: Tensor) -> Tensor:
+        return nn.functional.mse_loss(output, target)
+
+    def log_quality(self, output: Tensor, target: Tensor) -> None:
+        self.log("val/mse", nn.functional.mse_loss(output, target))
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """The output tensor as it is, shape (batch, 1)."""
+        inputs, _ = self.inputs_and_target(batch)
+        return self(**inputs)
+
+
+class TinyNamedInputs(TinyModel):
+    """The MLP on two named inputs, `x` and `extra`, from dict batches: a classifier."""
+
+    extra_features = EXTRA
+
+    def __init__(self, hidden: int = 16, input_shape: tuple[int, ...] = (FEATURES,)) -> None:
+        super().__init__(hidden, input_shape)
+        self.example_input_array = {"x": torch.zeros(1, *input_shape), "extra": torch.zeros(1, EXTRA)}
+
+    def forward(self, x: Tensor, extra: Tensor) -> Tensor:  # type: ignore[override]
+        return fake_memory_use(self.layers(torch.cat([x.flatten(1), extra], dim=1)), x)
+
+    def inputs_and_target(self, batch: Any) -> tuple[dict[str, Tensor], Tensor]:
+        return {"x": batch["x"], "extra": batch["extra"]}, batch["target"]
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """A class and the target, as columns."""
+        inputs, target = self.inputs_and_target(batch)
+        return {"predicted": self(**inputs).argmax(dim=-1), "target": target}
+
+
+def fake_memory_use(output: Tensor, batch: Tensor) -> Tensor:
+    """`output`, or torch.OutOfMemoryError for a batch above `fake_memory_limit()`.
+
+    The batch's length is read only when a limit is set: reading it would fix the batch size of
+    an export.
+    """
+    limit = fake_memory_limit()
+    if limit is not None and len(batch) > limit and not torch.jit.is_tracing():  # not for the graph
+        raise torch.OutOfMemoryError(f"simulated: a batch of {len(batch)} above {limit}")
+    return output
+
+
+# The fixtures by name, for `--fixture=NAME`: one (model, DataModule) pair per task shape.
+FIXTURES: dict[str, tuple[type[TinyModel], type[Blobs]]] = {
+    "blobs": (TinyModel, Blobs),
+    "regression": (TinyRegressor, BlobsRegression),
+    "named": (TinyNamedInputs, BlobsNamed),
+}
+
+
 class FixtureCLI(KitCLI):
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(TinyModel, Blobs, **kwargs)
+    def __init__(self, fixture: str = "blobs", **kwargs: object) -> None:
+        super().__init__(*FIXTURES[fixture], **kwargs)
+
+
+def chosen_fixture(args: list[str]) -> tuple[str, list[str]]:
+    """The fixture a leading `--fixture=NAME` names (`blobs` without one), and the other arguments.
+
+    The flag stays in `sys.argv`: DDP starts its other ranks with that same command line.
+    """
+    if not (args and args[0].startswith("--fixture=")):
+        return "blobs", args
+    name = args[0].split("=", 1)[1]
+    if name not in FIXTURES:
+        raise SystemExit(f"error: --fixture={name}: choose one of {', '.join(FIXTURES)}")
+    return name, args[1:]
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["sweep"]:  # the kit's sweep, its trials `fit` runs of these fixtures
+    fixture, args = chosen_fixture(sys.argv[1:])
+    if args[:1] == ["sweep"]:  # the kit's sweep, its trials `fit` runs of these fixtures
         from {{ cookiecutter.package_name }}.kit.sweep import main as sweep
 
-        raise SystemExit(sweep([sys.executable, "-m", "kit_fixtures", "fit"], sys.argv[2:]))
-    run(FixtureCLI)
+        trial = [sys.executable, "-m", "kit_fixtures", f"--fixture={fixture}", "fit"]
+        raise SystemExit(sweep(trial, args[1:]))
+    run(functools.partial(FixtureCLI, fixture), args)

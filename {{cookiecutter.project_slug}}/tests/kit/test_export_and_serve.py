@@ -65,7 +65,9 @@ def test_export_writes_a_file_that_matches_the_model_at_any_batch_size(format, t
     assert f"Exported {exported}" in capsys.readouterr().out
     metadata = json.loads(exported.with_name(exported.name + ".json").read_text())
     assert metadata["format"] == format
-    assert metadata["input"]["shape"] == [None, FEATURES] and metadata["num_classes"] == 3
+    assert metadata["input"]["shape"] == [None, FEATURES] and metadata["inputs"] == [metadata["input"]]
+    assert metadata["output"] == {"name": "output", "shape": [None, 3], "dtype": "float32"}
+    assert "num_classes" not in metadata, "the blobs declare no classes: nothing is guessed from the output"
     assert Path(metadata["checkpoint"]) == checkpoint_in(trained).resolve()
     assert metadata["parity"]["max_abs_error"] <= metadata["parity"]["tolerance"] == 1e-4
     # Loaded back on its own, on batch sizes it was not exported with.

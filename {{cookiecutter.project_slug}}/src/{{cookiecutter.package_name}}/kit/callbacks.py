@@ -157,8 +157,10 @@ class LastCheckpoint(ModelCheckpoint):
 class PredictionWriter(BasePredictionWriter):
     """Writes `predict` results to `predictions.csv` in the run's log folder, one row a sample.
 
-    `predict_step` returns a dict of per-sample tensors; each key becomes a column, after an
-    `index` column: the sample's position in the predict data set. Under DDP each rank writes
+    `predict_step` returns a tensor (one column, `prediction`) or a dict of tensors (a column
+    each, named by its key), one entry per sample along the first dimension; an entry of several
+    numbers (class probabilities, a vector) becomes columns `name_0`, `name_1`, ... The first
+    column, `index`, is the sample's position in the predict data set. Under DDP each rank writes
     its share, and rank 0 merges the shares in index order, so the file is the same on any
     number of devices.
     """
@@ -192,17 +194,36 @@ class PredictionWriter(BasePredictionWriter):
 
 
 def write_rows(path: Path, predictions: Sequence[Any], indices: Sequence[Sequence[int]]) -> None:
-    """A CSV of `index` and each predicted field, one row per sample."""
+    """A CSV of `index` and each predicted column, one row per sample."""
     with path.open("w", newline="") as file:
         writer = csv.writer(file)
-        columns: list[str] = []
-        for batch, index in zip(predictions, indices, strict=True):
-            if not columns:
-                columns = list(batch)
-                writer.writerow(["index", *columns])
-            values = [batch[key].tolist() for key in columns]
+        header: list[str] = []
+        for output, index in zip(predictions, indices, strict=True):
+            columns = prediction_columns(output, len(index))
+            if not header:
+                header = list(columns)
+                writer.writerow(["index", *header])
+            values = [columns[name] for name in header]
             for position, row in zip(index, zip(*values, strict=True), strict=True):
                 writer.writerow([position, *(f"{v:.4f}" if isinstance(v, float) else v for v in row)])
+
+
+def prediction_columns(output: Any, samples: int) -> dict[str, list[Any]]:
+    """One batch's `predict_step` output as named columns of `samples` values each."""
+    named = output if isinstance(output, dict) else {"prediction": output}
+    columns: dict[str, list[Any]] = {}
+    for name, values in named.items():
+        if not isinstance(values, Tensor) or values.dim() == 0 or len(values) != samples:
+            raise TypeError(
+                f"predict_step returned {name}={type(values).__name__} for a batch of {samples}: return a "
+                "tensor, or a dict of tensors, with one entry per sample along the first dimension"
+            )
+        flat = values.detach().reshape(samples, -1).cpu()
+        if values.dim() == 1 or flat.shape[1] == 1:
+            columns[name] = flat[:, 0].tolist()
+        else:
+            columns.update({f"{name}_{i}": flat[:, i].tolist() for i in range(flat.shape[1])})
+    return columns
 
 
 def merge_by_index(shares: Sequence[Path], path: Path) -> None:

@@ -4,11 +4,13 @@ The module is written in eval mode with a dynamic batch dimension, first to a hi
 file. That file is loaded back with the runtime that will run it (onnxruntime,
 `torch.export.load`, `torch.jit.load`) and fed a batch of real validation inputs, and a single
 one of them; only when its outputs match the module's within the tolerance is it renamed into
-place, with `<file>.json` beside it: the input shape, the classes, the preprocessing the model
-expects and the checkpoint it came from. A failed export leaves nothing half-written.
+place, with `<file>.json` beside it: the inputs' and the output's names, shapes and dtypes, the
+classes if the data declares them, the preprocessing the model expects and the checkpoint it
+came from. A failed export leaves nothing half-written.
 """
 
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -32,7 +34,9 @@ NEEDS = {"onnx": ("onnx", "onnxscript", "onnxruntime")}
 # Largest absolute difference allowed between the exported model's outputs and the module's.
 TOLERANCE = 1e-4
 
-Runner = Callable[[Tensor], Tensor]
+# The model's inputs by name, in `forward`'s order: `input` alone for a one-tensor model.
+Inputs = dict[str, Tensor]
+Runner = Callable[..., Tensor]  # the exported model: its inputs, positionally, to its output
 
 
 class ExportError(KitError):
@@ -66,15 +70,21 @@ def metadata_path(output: Path) -> Path:
     return output.with_name(output.name + ".json")
 
 
-def model_inputs(batch: Any) -> Tensor:
-    """The model's input in a batch: the batch itself, or its first element (images, labels)."""
+def model_inputs(batch: Any, module: nn.Module) -> Inputs:
+    """The model's inputs in a batch: the batch itself, its first element (images, labels), or,
+    in a dict batch, the entries `forward` takes by name (`x`, `extra`; not `target`)."""
+    if isinstance(batch, dict):
+        names = [name for name in inspect.signature(module.forward).parameters if name in batch]
+        if names and all(isinstance(batch[name], Tensor) for name in names):
+            return {name: batch[name] for name in names}
     inputs = batch[0] if isinstance(batch, list | tuple) and batch else batch
     if not isinstance(inputs, Tensor):
         raise ExportError(
             f"cannot tell the model's input in a validation batch of type {type(batch).__name__}: "
-            "export and serve expect a tensor, or a tuple/list whose first element is the input tensor"
+            "export and serve expect a tensor, a tuple/list whose first element is the input tensor, "
+            "or a dict of tensors named like forward's arguments"
         )
-    return inputs
+    return {"input": inputs}
 
 
 @contextmanager
@@ -96,36 +106,37 @@ def batch_dim() -> Any:
     return torch.export.Dim("batch")
 
 
-def write_onnx(module: nn.Module, inputs: Tensor, path: Path) -> None:
+def write_onnx(module: nn.Module, inputs: Inputs, path: Path) -> None:
     torch.onnx.export(
         module,
-        (inputs,),
+        tuple(inputs.values()),
         str(path),
         dynamo=True,
         external_data=False,  # one file, weights inside
-        input_names=["input"],
+        input_names=list(inputs),
         output_names=["output"],
-        dynamic_shapes=({0: batch_dim()},),
+        dynamic_shapes=tuple({0: batch_dim()} for _ in inputs),
         verbose=False,
     )
 
 
-def write_exported_program(module: nn.Module, inputs: Tensor, path: Path) -> None:
-    program = torch.export.export(module, (inputs,), dynamic_shapes=({0: batch_dim()},))
+def write_exported_program(module: nn.Module, inputs: Inputs, path: Path) -> None:
+    dynamic = tuple({0: batch_dim()} for _ in inputs)
+    program = torch.export.export(module, tuple(inputs.values()), dynamic_shapes=dynamic)
     torch.export.save(program, str(path))
 
 
-def write_torchscript(module: nn.Module, inputs: Tensor, path: Path) -> None:
-    # Tracing, not scripting: it works for any module whose forward takes one tensor. Lightning's
+def write_torchscript(module: nn.Module, inputs: Inputs, path: Path) -> None:
+    # Tracing, not scripting: it works for any module whose forward takes tensors. Lightning's
     # own `to_torchscript` for a LightningModule (plain tracing trips over its `trainer` property).
     if isinstance(module, L.LightningModule):
-        traced = module.to_torchscript(method="trace", example_inputs=inputs)
+        traced = module.to_torchscript(method="trace", example_inputs=tuple(inputs.values()))
     else:
-        traced = torch.jit.trace(module, (inputs,))
+        traced = torch.jit.trace(module, tuple(inputs.values()))
     torch.jit.save(traced, str(path))
 
 
-WRITERS: dict[str, Callable[[nn.Module, Tensor, Path], None]] = {
+WRITERS: dict[str, Callable[[nn.Module, Inputs, Path], None]] = {
     "onnx": write_onnx,
     "exported_program": write_exported_program,
     "torchscript": write_torchscript,
@@ -145,10 +156,11 @@ def load(path: Path, format: str | None = None) -> Runner:
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3  # errors only
         session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
+        names = [entry.name for entry in session.get_inputs()]
 
-        def run_onnx(inputs: Tensor) -> Tensor:
-            return torch.from_numpy(session.run(None, {name: inputs.cpu().numpy()})[0])
+        def run_onnx(*inputs: Tensor) -> Tensor:
+            feed = {name: tensor.cpu().numpy() for name, tensor in zip(names, inputs, strict=True)}
+            return torch.from_numpy(session.run(None, feed)[0])
 
         return run_onnx
     with quiet_exporters():
@@ -157,20 +169,20 @@ def load(path: Path, format: str | None = None) -> Runner:
         else:
             module = torch.jit.load(str(path), map_location="cpu")
 
-    def run_torch(inputs: Tensor) -> Tensor:
+    def run_torch(*inputs: Tensor) -> Tensor:
         with torch.no_grad():
-            return module(inputs.cpu())
+            return module(*(tensor.cpu() for tensor in inputs))
 
     return run_torch
 
 
-def parity_error(module: nn.Module, runner: Runner, inputs: Tensor) -> float:
+def parity_error(module: nn.Module, runner: Runner, inputs: Inputs) -> float:
     """Largest absolute difference between `runner`'s and `module`'s outputs, on `inputs` and on
-    its first sample alone (a served model often sees batches of one)."""
+    their first sample alone (a served model often sees batches of one)."""
     error = 0.0
     with torch.no_grad():
-        for batch in (inputs, inputs[:1]):
-            expected, actual = module(batch), runner(batch)
+        for batch in (list(inputs.values()), [tensor[:1] for tensor in inputs.values()]):
+            expected, actual = module(*batch), runner(*batch)
             if actual.shape != expected.shape:
                 raise ExportError(
                     f"the exported model returns shape {list(actual.shape)} where the module returns "
@@ -182,43 +194,46 @@ def parity_error(module: nn.Module, runner: Runner, inputs: Tensor) -> float:
 
 def export(
     module: nn.Module,
-    inputs: Tensor,
+    inputs: Tensor | Inputs,
     format: str,
     output: Path,
     metadata: dict[str, Any],
     tolerance: float = TOLERANCE,
 ) -> dict[str, Any]:
-    """Export `module` (on the CPU, in eval mode) to `output`, checked on `inputs`; returns the
-    metadata written beside it."""
+    """Export `module` (on the CPU, in eval mode) to `output`, checked on `inputs` (a tensor, or
+    tensors by name in `forward`'s order); returns the metadata written beside it, with `metadata` added."""
     check_format(format)
     if format in NEEDS:
         require(NEEDS[format], f"--format={format}", "export")
     module = module.cpu().eval()
-    inputs = inputs.cpu()
-    if len(inputs) < 2:  # a batch of one would fix the batch dimension at 1
-        inputs = inputs.repeat(2, *[1] * (inputs.dim() - 1))
+    named = {"input": inputs} if isinstance(inputs, Tensor) else inputs
+    inputs = {name: twice_if_one(tensor.cpu()) for name, tensor in named.items()}
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(f".{output.stem}.partial{FORMATS[format]}")
     try:
         with quiet_exporters():
             WRITERS[format](module, inputs, partial)
         error = parity_error(module, load(partial, format), inputs)
+        samples = len(next(iter(inputs.values())))
         if not error <= tolerance:
             raise ExportError(
-                f"the {format} export differs from the model by up to {error:.3g} on {len(inputs)} "
+                f"the {format} export differs from the model by up to {error:.3g} on {samples} "
                 f"validation inputs, above the tolerance {tolerance:g}; nothing written. Try another "
                 "--format, or --tolerance=VALUE if that difference is acceptable"
             )
         with torch.no_grad():
-            output_shape = [None, *module(inputs[:1]).shape[1:]]
+            answer = module(*(tensor[:1] for tensor in inputs.values()))
+        described_inputs = [tensor_description(name, tensor) for name, tensor in inputs.items()]
+        # One input: under `input` too, where serving reads it.
+        one_input = {"input": described_inputs[0]} if len(inputs) == 1 else {}
         described = {
             "format": format,
             "file": output.name,
-            "input": {"name": "input", "shape": [None, *inputs.shape[1:]], "dtype": str(inputs.dtype)[6:]},
-            "output": {"name": "output", "shape": output_shape, "meaning": "class logits"},
-            "num_classes": output_shape[-1],
+            "inputs": described_inputs,
+            **one_input,
+            "output": tensor_description("output", answer),
             **metadata,
-            "parity": {"max_abs_error": error, "tolerance": tolerance, "inputs": len(inputs)},
+            "parity": {"max_abs_error": error, "tolerance": tolerance, "inputs": samples},
             "versions": {"torch": torch.__version__},
         }
         os.replace(partial, output)
@@ -226,6 +241,17 @@ def export(
         partial.unlink(missing_ok=True)
     write_json(metadata_path(output), described)
     return described
+
+
+def twice_if_one(tensor: Tensor) -> Tensor:
+    """A batch of at least two: a batch of one would fix the exported batch dimension at 1."""
+    return tensor if len(tensor) > 1 else tensor.repeat(2, *[1] * (tensor.dim() - 1))
+
+
+def tensor_description(name: str, tensor: Tensor) -> dict[str, Any]:
+    """A name, a shape with a free batch dimension (`None`) and a dtype, for the metadata."""
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    return {"name": name, "shape": [None, *tensor.shape[1:]], "dtype": dtype}
 
 
 def write_json(path: Path, content: dict[str, Any]) -> None:

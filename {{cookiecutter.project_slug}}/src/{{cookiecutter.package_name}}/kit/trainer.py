@@ -1,4 +1,4 @@
-"""Lightning's Trainer with two more entry points, `export` and `serve`, for any classifier.
+"""Lightning's Trainer with two more entry points, `export` (any model) and `serve` (a classifier).
 
 LightningCLI turns each Trainer method it is told about into a subcommand, with the method's
 arguments as flags (`kit.cli.KitCLI.subcommands`): `python main.py export --ckpt_path=best
@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from torch import Tensor
 
 from .datamodule import KitDataModule
 from .export import (
     FORMATS,
     TOLERANCE,
     ExportError,
+    Inputs,
     check_format,
     default_output,
     export,
@@ -54,9 +54,9 @@ class KitTrainer(L.Trainer):
         """
         check_format(format)
         checkpoint = self._restore(model, ckpt_path, "export")
-        inputs = validation_inputs(self, datamodule)
+        inputs = validation_inputs(self, datamodule, model)
         output = output or default_output(checkpoint, format)
-        metadata = {"checkpoint": str(checkpoint.resolve()), **data_description(datamodule)}
+        metadata = {"checkpoint": str(checkpoint.resolve()), **data_description(datamodule, model)}
         described = export(model, inputs, format, output, metadata, tolerance)
         parity = described["parity"]
         print(
@@ -96,13 +96,18 @@ class KitTrainer(L.Trainer):
 
         if exported is not None:
             metadata = read_metadata(exported)
+            if "input" not in metadata:
+                raise ExportError(f"{exported} takes several inputs; serve answers one-input models")
             shape, names = metadata["input"]["shape"][1:], metadata.get("class_names")
             limits = (max_batch_size, batch_timeout, max_request_bytes)
             serve(shape, None, exported, names, host, port, "cpu", *limits)
             return
         self._restore(model, ckpt_path, "serve")
-        shape = list(validation_inputs(self, datamodule).shape[1:])
-        names = data_description(datamodule).get("class_names")
+        inputs = validation_inputs(self, datamodule, model)
+        if list(inputs) != ["input"]:
+            raise ExportError(f"the model takes {', '.join(inputs)}; serve answers one-input models")
+        shape = list(inputs["input"].shape[1:])
+        names = data_description(datamodule, model).get("class_names")
         accelerator = "cuda" if self.strategy.root_device.type == "cuda" else "cpu"
         limits = (max_batch_size, batch_timeout, max_request_bytes)
         serve(shape, model, None, names, host, port, accelerator, *limits)
@@ -141,7 +146,9 @@ def check_serving(
             raise ExportError(f"{problem}: pass another --port") from None
 
 
-def validation_inputs(trainer: L.Trainer, datamodule: L.LightningDataModule | None) -> Tensor:
+def validation_inputs(
+    trainer: L.Trainer, datamodule: L.LightningDataModule | None, model: L.LightningModule
+) -> Inputs:
     """The model's inputs in the first validation batch: real data, in the shape it is trained on."""
     if datamodule is None:
         raise ExportError("export and serve read a validation batch from the DataModule, and there is none")
@@ -153,15 +160,19 @@ def validation_inputs(trainer: L.Trainer, datamodule: L.LightningDataModule | No
     batch = next(iter(loader), None)
     if batch is None:
         raise ExportError("the validation set is empty: export and serve need a batch of it")
-    return model_inputs(batch)
+    return model_inputs(batch, model)
 
 
-def data_description(datamodule: L.LightningDataModule | None) -> dict[str, Any]:
-    """What a `KitDataModule` says about its inputs and classes (`class_names`, `preprocessing`),
-    for the export's metadata; nothing for another DataModule."""
-    if not isinstance(datamodule, KitDataModule):
-        return {}
-    described = {"class_names": datamodule.class_names, "preprocessing": datamodule.preprocessing}
+def data_description(datamodule: L.LightningDataModule | None, model: L.LightningModule) -> dict[str, Any]:
+    """What the data and the model declare about the inputs and the classes, for the export's
+    metadata: a `KitDataModule`'s `class_names` and `preprocessing`, and `num_classes` (the
+    number of class names, or the model's `num_classes` hyperparameter). Nothing is inferred
+    from the output's shape: a regressor's last dimension counts no classes."""
+    described: dict[str, Any] = {}
+    if isinstance(datamodule, KitDataModule):
+        described = {"class_names": datamodule.class_names, "preprocessing": datamodule.preprocessing}
+    names = described.get("class_names")
+    described["num_classes"] = len(names) if names else model.hparams.get("num_classes")
     return {key: value for key, value in described.items() if value is not None}
 
 
