@@ -7,7 +7,7 @@ import pytest
 
 from {{ cookiecutter.package_name }}.kit.launcher import Launch, LaunchMismatchError, device_count, match_launch
 
-from kit_testing import free_port, run_fixtures_here
+from kit_testing import run_fixtures_here
 
 
 class TrainerConfig:
@@ -70,15 +70,3 @@ def test_under_torchrun_a_contradicting_flag_stops_the_cli_with_one_line(tmp_pat
     assert exit_info.value.code == 2  # run() caught it: no traceback
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("error: torchrun started 2 processes") and "--trainer.devices=1" in error
-
-
-def test_a_ddp_run_leaves_its_process_group_when_it_ends(tmp_path, monkeypatch):
-    """A gloo group still alive at the interpreter's exit can abort the process (SIGABRT) instead
-    of letting it exit 0 or 143: `run()` destroys it, however the run ends."""
-    import torch.distributed
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    ddp = ("--trainer.accelerator=cpu", "--trainer.devices=1", "--trainer.strategy=ddp")
-    run_fixtures_here(monkeypatch, "fit", *ddp, "--trainer.fast_dev_run=true")
-    assert not torch.distributed.is_initialized()

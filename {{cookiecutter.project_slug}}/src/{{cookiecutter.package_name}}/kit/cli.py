@@ -301,7 +301,6 @@ def run(
         raise
     finally:
         run_folder.release()
-        launcher.leave_process_group()  # or a DDP rank's exit can abort (kit/launcher.py)
 
 
 def run_to_the_end(

@@ -105,19 +105,6 @@ def device_count(devices: Any) -> int | None:
     return None if devices in (None, -1) else int(devices)
 
 
-def leave_process_group() -> None:
-    """End this process's part in the DDP process group, once its run is over.
-
-    A gloo process group still alive when the interpreter exits aborts the process (SIGABRT,
-    "terminate called without an active exception") about one time in five, a race between its
-    threads and the exit: a run that stopped cleanly with exit code 143 would die instead.
-    Lightning destroys NCCL groups at exit, not gloo ones; this does it for every backend. It is
-    local (no collective), so a rank whose peers are gone leaves at once too.
-    """
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-
-
 def slurm_job_id() -> str | None:
     """This SLURM job (`ARRAYJOB_TASK` for a task of a job array), None outside SLURM. A requeued
     job keeps it; its PIDs, and maybe its node, change."""
