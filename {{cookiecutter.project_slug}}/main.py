@@ -22,5 +22,7 @@ if __name__ == "__main__":  # required: spawn-based DDP launchers re-import this
 
         raise SystemExit(sweep([sys.executable, __file__, "fit"], sys.argv[2:]))
     from {{ cookiecutter.package_name }}.cli import cli_main
+    from {{ cookiecutter.package_name }}.kit.process_exit import run_and_exit
 
-    cli_main()  # reads configs/default.yaml first, then your -c files and flags
+    run_and_exit(cli_main)  # reads configs/default.yaml, then your -c files and flags; a DDP rank
+    # then exits with its run's code, never by the abort a gloo group can cause (see there)

@@ -20,6 +20,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from {{ cookiecutter.package_name }}.kit.cli import KitCLI, run
 from {{ cookiecutter.package_name }}.kit.datamodule import KitDataModule
+from {{ cookiecutter.package_name }}.kit.process_exit import run_and_exit
 
 FEATURES, CLASSES, SAMPLES = 4, 3, 240
 EXTRA = 2  # the `named` fixture's second input: 2 numbers a sample
@@ -252,4 +253,4 @@ if __name__ == "__main__":
 
         trial = [sys.executable, "-m", "kit_fixtures", f"--fixture={fixture}", "fit"]
         raise SystemExit(sweep(trial, args[1:]))
-    run(functools.partial(FixtureCLI, fixture), args)
+    run_and_exit(lambda: run(functools.partial(FixtureCLI, fixture), args))
