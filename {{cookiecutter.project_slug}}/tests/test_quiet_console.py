@@ -1,4 +1,4 @@
-"""A new user's first `fit` and `test` print no warning they cannot act on.
+"""A new user's first `fit`, its resume and `test` print no warning they cannot act on.
 
 Lightning's advertising tips, torchdata's and Lightning's deprecations of torch APIs and the
 note about the kit's own checkpoint callbacks are silenced at their source (kit/console.py);
@@ -16,6 +16,8 @@ ALLOWED = (
     # SLURM user how to get one process per task. Actionable; absent where there is no srun.
     "The `srun` command is available on your system but is not used",
 )
+# Lightning's notes that no setting of the project changes (the kit passes what they ask for).
+NOTES = ("`weights_only` was not set",)
 # A warning as Python prints it (`file.py:12: Category: message`, or Lightning's own format
 # without the category), or Lightning's tips.
 WARNING = re.compile(r"^\S+\.py:\d+: |Warning: |💡")
@@ -23,7 +25,8 @@ WARNING = re.compile(r"^\S+\.py:\d+: |Warning: |💡")
 
 def unexpected_warnings(output: str) -> list[str]:
     lines = re.split(r"[\r\n]", output)  # a progress bar redraws its line with \r
-    return [line for line in lines if WARNING.search(line) and not any(a in line for a in ALLOWED)]
+    warned = [line for line in lines if WARNING.search(line) and not any(a in line for a in ALLOWED)]
+    return warned + [line for line in lines if any(note in line for note in NOTES)]
 
 
 @pytest.mark.slow
@@ -34,9 +37,11 @@ def test_fit_and_test_print_only_warnings_a_user_can_act_on(tmp_path):
         return result.stdout + result.stderr
 
     fit = main_py("fit", "--trainer.max_epochs=1")
+    resumed = main_py("fit", "--ckpt_path=last", "--trainer.max_epochs=2")
     test = main_py("test", "--ckpt_path=best")
-    assert "Test metric" in test  # the run really tested (the table of results)
+    assert "Restored all states" in resumed and "Test metric" in test  # each did its job
     assert unexpected_warnings(fit) == []
+    assert unexpected_warnings(resumed) == []
     assert unexpected_warnings(test) == []
 
 
@@ -47,6 +52,7 @@ def test_the_filter_of_this_test_sees_warnings():
     ]
     assert unexpected_warnings("/a/b/call.py:284: Be aware that when using `ckpt_path`") != []
     assert unexpected_warnings("💡 Tip: For seamless cloud logging") != []
+    assert unexpected_warnings("`weights_only` was not set, defaulting to `False`.") != []
     assert (
         unexpected_warnings("/a/slurm.py:204: The `srun` command is available on your system but is not used")
         == []

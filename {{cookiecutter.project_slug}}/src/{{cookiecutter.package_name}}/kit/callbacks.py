@@ -149,7 +149,7 @@ class LastCheckpoint(ModelCheckpoint):
         if self.dirpath is None:  # failed before ModelCheckpoint.setup: no training state yet
             return
         path = Path(self.dirpath) / self.FILE_NAME
-        trainer.save_checkpoint(path)  # whole or not at all: kit.checkpoint_io
+        trainer.save_checkpoint(path, weights_only=False)  # whole or not at all: kit.checkpoint_io
         self._saved_at_step = trainer.global_step
         self.last_model_path = str(path)
 

@@ -28,6 +28,9 @@ NOT_ACTIONABLE = (
         r"\[(\"(BestCheckpoint|LastCheckpoint)\{[^\"]*\}\"(, )?)+\]\.?$",
         r"lightning\.pytorch\.trainer\.call",
     ),
+    # Every resume into a run's own `checkpoints/` (the kit gives each new run a folder of its
+    # own, so that folder holds files only when a run resumes into it).
+    (r"Checkpoint directory .+[/\\]checkpoints exists and is not empty\.$", r"lightning\.pytorch\.callbacks"),
 )
 # Lightning's advertisements for its cloud services (litlogger, litmodels), logged as info.
 ADVERTISEMENT = "💡 Tip:"
