@@ -19,9 +19,10 @@ import torch.distributed
 EXIT_INTERRUPTED = 130
 
 
-def run_and_exit(entry: Callable[[], object]) -> NoReturn:
-    """Run `entry` as the whole process and exit with its outcome: 0, its `SystemExit` code, or
-    1 (130 for Ctrl-C) after printing the traceback of an error, as Python itself would."""
+def run_and_exit(entry: Callable[[], object]) -> None:
+    """Run `entry` as the whole process: in a process group, exit with its outcome (0, its
+    `SystemExit` code, or 1, 130 for Ctrl-C, after printing the error's traceback, as Python
+    would); elsewhere, leave its outcome to Python as it is."""
     try:
         entry()
     except SystemExit as stop:
@@ -34,9 +35,9 @@ def run_and_exit(entry: Callable[[], object]) -> NoReturn:
         sys.excepthook(type(error), error, error.__traceback__)
         code = EXIT_INTERRUPTED if isinstance(error, KeyboardInterrupt) else 1
     else:
-        code = 0
         if not in_process_group():
-            raise SystemExit(0)
+            return  # as a script's end: Python exits 0 (or the caller, run in-process, goes on)
+        code = 0
     leave(code)
 
 
