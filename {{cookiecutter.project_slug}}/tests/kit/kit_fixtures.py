@@ -23,6 +23,7 @@ from {{ cookiecutter.package_name }}.kit.datamodule import KitDataModule
 from {{ cookiecutter.package_name }}.kit.process_exit import run_and_exit
 
 FEATURES, CLASSES, SAMPLES = 4, 3, 240
+CLASS_NAMES = ("north", "east", "west")
 EXTRA = 2  # the `named` fixture's second input: 2 numbers a sample
 IMAGES = "--data.shape=[1,8,8]"  # the blobs as tiny 1x8x8 images, for the TensorBoard pictures
 LR = 0.01  # TinyModel's learning rate, unless --optimizer says otherwise
@@ -38,6 +39,7 @@ class Blobs(KitDataModule):
 
     model_links = ("input_shape",)
     drop_last = True
+    class_names = CLASS_NAMES  # written into exports, served with each answer
 
     def __init__(
         self,
@@ -67,6 +69,8 @@ class Blobs(KitDataModule):
 
 class BlobsRegression(Blobs):
     """The blobs with a float target a sample: its label plus the mean of its point, shape (1,)."""
+
+    class_names = None  # a regression has no classes
 
     def dataset(self, points: Tensor, labels: Tensor) -> Dataset:
         return TensorDataset(points, regression_target(points, labels))

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from {{ cookiecutter.package_name }}.kit.export import FORMATS, ExportError, export, load
 
-from kit_fixtures import FEATURES, TinyModel
+from kit_fixtures import CLASS_NAMES, FEATURES, TinyModel, TinyRegressor
 from kit_testing import (
     QUICK,
     extra,
@@ -67,7 +67,7 @@ def test_export_writes_a_file_that_matches_the_model_at_any_batch_size(format, t
     assert metadata["format"] == format
     assert metadata["input"]["shape"] == [None, FEATURES] and metadata["inputs"] == [metadata["input"]]
     assert metadata["output"] == {"name": "output", "shape": [None, 3], "dtype": "float32"}
-    assert "num_classes" not in metadata, "the blobs declare no classes: nothing is guessed from the output"
+    assert (metadata["num_classes"], metadata["class_names"]) == (3, list(CLASS_NAMES))  # declared
     assert Path(metadata["checkpoint"]) == checkpoint_in(trained).resolve()
     assert metadata["parity"]["max_abs_error"] <= metadata["parity"]["tolerance"] == 1e-4
     # Loaded back on its own, on batch sizes it was not exported with.
@@ -157,7 +157,46 @@ def test_serve_answers_like_the_model_alone_and_concurrently_and_refuses_bad_req
     for (status, answer), probability in zip(served, expected, strict=True):
         assert status == 200, answer
         assert answer["class"] == int(probability.argmax())
+        assert answer["class_name"] == CLASS_NAMES[answer["class"]]
         assert answer["confidence"] == pytest.approx(float(probability.max()), abs=1e-5)
     for status, answer in mixed[: len(bad)]:
         assert status == 400 and list(answer) == ["error"] and "\n" not in answer["error"], answer
     assert "has shape [2]; expected [4]" in mixed[0][1]["error"]
+
+
+class RoundingRegressor(TinyRegressor):
+    """A regressor with answers of its own: `serve_answers`, the documented hook."""
+
+    def serve_answers(self, outputs: Tensor) -> list[dict]:
+        return [{"rounded": round(float(output))} for output in outputs]
+
+
+def test_each_task_shape_is_answered_in_its_own_terms():
+    """A classifier's class, confidence and class name; a regressor's values as they are; a
+    module's own `serve_answers` before either. A rejected request keeps its place."""
+    from {{ cookiecutter.package_name }}.kit.serving import Batch, ModelAPI, Rejected, answers_for
+
+    samples = 3 * torch.randn(3, FEATURES, generator=torch.Generator().manual_seed(0))
+
+    def served(module: nn.Module, answers) -> list[dict]:
+        api = ModelAPI([FEATURES], answers, module.eval())
+        api.setup("cpu")
+        answered = api.predict(Batch([samples[0], Rejected("bad"), samples[1], samples[2]]))
+        assert answered.pop(1) == Rejected("bad")
+        return answered
+
+    classifier, regressor, rounding = TinyModel(), TinyRegressor(), RoundingRegressor()
+    classes = served(classifier, answers_for(classifier, len(CLASS_NAMES), CLASS_NAMES))
+    values = served(regressor, answers_for(regressor, None, None))
+    own = served(rounding, answers_for(rounding, len(CLASS_NAMES), CLASS_NAMES))
+    with torch.no_grad():
+        probabilities = classifier(samples).softmax(dim=-1)
+        assert torch.tensor([answer["output"] for answer in values]).allclose(regressor(samples))
+        assert own == [{"rounded": round(float(output))} for output in rounding(samples)]
+    for answer, probability in zip(classes, probabilities, strict=True):
+        predicted = int(probability.argmax())
+        assert answer == {
+            "class": predicted,
+            "confidence": pytest.approx(float(probability.max())),
+            "class_name": CLASS_NAMES[predicted],
+        }

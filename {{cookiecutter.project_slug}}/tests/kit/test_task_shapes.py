@@ -11,7 +11,7 @@ import yaml
 
 from {{ cookiecutter.package_name }}.kit.export import FORMATS
 
-from kit_fixtures import FIXTURES, SAMPLES
+from kit_fixtures import CLASSES, FIXTURES, SAMPLES
 from kit_testing import run_fixtures
 
 DDP = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
@@ -106,4 +106,5 @@ def test_each_task_shape_exports_from_a_real_batch_with_parity(tmp_path, fixture
         names = {"regression": ["input"], "named": ["x", "extra"]}[fixture]
         assert [entry["name"] for entry in metadata["inputs"]] == names, "forward's inputs, not the target"
         assert metadata["output"]["shape"] == [None, {"regression": 1, "named": 3}[fixture]]
-        assert "num_classes" not in metadata and metadata["parity"]["max_abs_error"] <= 1e-4
+        assert metadata.get("num_classes") == {"regression": None, "named": CLASSES}[fixture], "declared only"
+        assert metadata["parity"]["max_abs_error"] <= 1e-4

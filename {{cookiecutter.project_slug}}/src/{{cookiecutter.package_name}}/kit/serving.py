@@ -1,11 +1,16 @@
-"""Serve a classifier over HTTP with LitServe: one JSON sample in, its class and confidence out.
+"""Serve a model over HTTP with LitServe: one JSON sample in, the model's answer out.
 
     POST /predict  {"input": [...]}   a nested array of the model's input shape (no batch dimension)
-    200            {"class": 3, "confidence": 0.9871}          (and "class_name" when names are known)
+    200            {"class": 3, "confidence": 0.9871}   a classifier (and "class_name" when named)
+                   {"output": [0.42]}                    any other model: `forward`'s values
     400            {"error": "input has shape [8, 8]; expected [1, 8, 8] ..."}   one line
     413            {"error": "the request body is over 10000000 bytes ..."}    (`max_request_bytes`)
 
-The model is a trained module (its `forward` gives class logits) or a file written by `export`.
+The model is a trained module or a file written by `export`. What `forward` gives becomes the
+answers here: a LightningModule's own `serve_answers(outputs)` when it defines one (a batch of
+outputs in, one JSON-ready dict per sample out), else class and confidence (a softmax) for a model
+that declares classes (class names, or a `num_classes` hyperparameter; an export's metadata), else
+the values as they are.
 LitServe gathers concurrent requests into batches (`max_batch_size`, waiting at most
 `batch_timeout` seconds for one to fill). A bad request is answered on its own: the others in
 its batch still get their predictions, and the server keeps serving. No client can stall the
@@ -19,7 +24,7 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,23 +56,59 @@ class Batch:
     items: list[Tensor | Rejected]
 
 
-class ClassifierAPI(ls.LitAPI):
-    """A classifier behind LitServe: requests decoded one by one, run in batches, answered one by one."""
+# A batch of `forward`'s outputs in, one JSON-ready answer per sample out.
+Answers = Callable[[Tensor], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ClassAnswers:
+    """A classifier's answers: the most probable class and its softmax probability (and name).
+    A class, not a closure: LitServe sends the API to its worker process by pickling it."""
+
+    class_names: Sequence[str] | None = None
+
+    def __call__(self, logits: Tensor) -> list[dict[str, Any]]:
+        confidence, predicted = logits.float().softmax(dim=-1).max(dim=-1)
+        return [self.answer(int(c), float(p)) for c, p in zip(predicted, confidence, strict=True)]
+
+    def answer(self, predicted: int, confidence: float) -> dict[str, Any]:
+        named = {"class_name": self.class_names[predicted]} if self.class_names else {}
+        return {"class": predicted, "confidence": confidence, **named}
+
+
+def value_answers(outputs: Tensor) -> list[dict[str, Any]]:
+    """Any other model's answers: each sample's output values, as they are."""
+    return [{"output": sample.tolist()} for sample in outputs.float()]
+
+
+def answers_for(
+    module: nn.Module | None, num_classes: int | None, class_names: Sequence[str] | None
+) -> Answers:
+    """The module's own `serve_answers` if it has one, else class answers where classes are
+    declared, else the values."""
+    own = getattr(module, "serve_answers", None)
+    if callable(own):
+        return own  # type: ignore[no-any-return]
+    return ClassAnswers(class_names) if num_classes else value_answers
+
+
+class ModelAPI(ls.LitAPI):
+    """A model behind LitServe: requests decoded one by one, run in batches, answered one by one."""
 
     def __init__(
         self,
         input_shape: Sequence[int],
+        answers: Answers,
         module: nn.Module | None = None,
         exported: Path | None = None,
-        class_names: Sequence[str] | None = None,
         max_batch_size: int = 16,
         batch_timeout: float = 0.005,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.input_shape = tuple(input_shape)
+        self.answers = answers
         self.module = module
         self.exported = exported
-        self.class_names = list(class_names) if class_names else None
 
     def setup(self, device: str) -> None:  # in each worker process
         if multiprocessing.parent_process() is not None:
@@ -97,21 +138,13 @@ class ClassifierAPI(ls.LitAPI):
         valid = [item for item in items if isinstance(item, Tensor)]
         answers: list[dict[str, Any]] = []
         if valid:
-            probabilities = self.run(torch.stack(valid)).float().softmax(dim=-1).cpu()
-            confidence, predicted = probabilities.max(dim=-1)
-            answers = [self.answer(int(c), float(p)) for c, p in zip(predicted, confidence, strict=True)]
+            answers = self.answers(self.run(torch.stack(valid)).detach().cpu())
         found = iter(answers)
         results = [item if isinstance(item, Rejected) else next(found) for item in items]
         return results if isinstance(inputs, Batch) else results[0]  # type: ignore[return-value]
 
     def unbatch(self, outputs: list[dict[str, Any] | Rejected]) -> list[dict[str, Any] | Rejected]:
         return outputs
-
-    def answer(self, predicted: int, confidence: float) -> dict[str, Any]:
-        answer: dict[str, Any] = {"class": predicted, "confidence": confidence}
-        if self.class_names:
-            answer["class_name"] = self.class_names[predicted]
-        return answer
 
     def encode_response(self, output: dict[str, Any] | Rejected):  # type: ignore[no-untyped-def]
         if isinstance(output, Rejected):
@@ -205,9 +238,9 @@ class BodyLimit:
 
 def serve(
     input_shape: Sequence[int],
+    answers: Answers,
     module: nn.Module | None = None,
     exported: Path | None = None,
-    class_names: Sequence[str] | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
     accelerator: str = "auto",
@@ -218,7 +251,7 @@ def serve(
     """Serve until Ctrl-C or SIGTERM, which both stop LitServe's worker processes too.
 
     The settings are checked first by `KitTrainer.serve` (`kit.trainer.check_serving`)."""
-    api = ClassifierAPI(input_shape, module, exported, class_names, max_batch_size, batch_timeout)
+    api = ModelAPI(input_shape, answers, module, exported, max_batch_size, batch_timeout)
     if exported is not None:
         accelerator = "cpu"  # exported files run on the CPU here
     server = ls.LitServer(api, accelerator=accelerator, devices=1, workers_per_device=1, timeout=30)

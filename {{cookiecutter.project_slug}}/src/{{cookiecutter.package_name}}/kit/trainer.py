@@ -80,6 +80,10 @@ class KitTrainer(L.Trainer):
     ) -> None:
         """Serve a checkpoint or an exported model over HTTP: POST {"input": [...]} to /predict.
 
+        A classifier answers a class and its confidence, any other model its output values; a
+        LightningModule that defines `serve_answers(outputs)` answers what that returns
+        (`kit/serving.py`).
+
         Args:
             ckpt_path: The checkpoint to serve: best, last (the newest run's) or a file.
             exported: Or a file written by `export` (with its .json beside it), run on the CPU.
@@ -92,25 +96,27 @@ class KitTrainer(L.Trainer):
         """
         check_serving(host, port, max_batch_size, batch_timeout, max_request_bytes)
         require(("litserve",), "serve", "serve")
-        from .serving import serve  # imports LitServe
+        from .serving import answers_for, serve  # imports LitServe
 
         if exported is not None:
             metadata = read_metadata(exported)
             if "input" not in metadata:
                 raise ExportError(f"{exported} takes several inputs; serve answers one-input models")
-            shape, names = metadata["input"]["shape"][1:], metadata.get("class_names")
+            shape = metadata["input"]["shape"][1:]
+            answers = answers_for(None, metadata.get("num_classes"), metadata.get("class_names"))
             limits = (max_batch_size, batch_timeout, max_request_bytes)
-            serve(shape, None, exported, names, host, port, "cpu", *limits)
+            serve(shape, answers, None, exported, host, port, "cpu", *limits)
             return
         self._restore(model, ckpt_path, "serve")
         inputs = validation_inputs(self, datamodule, model)
         if list(inputs) != ["input"]:
             raise ExportError(f"the model takes {', '.join(inputs)}; serve answers one-input models")
         shape = list(inputs["input"].shape[1:])
-        names = data_description(datamodule, model).get("class_names")
+        declared = data_description(datamodule, model)
+        answers = answers_for(model, declared.get("num_classes"), declared.get("class_names"))
         accelerator = "cuda" if self.strategy.root_device.type == "cuda" else "cpu"
         limits = (max_batch_size, batch_timeout, max_request_bytes)
-        serve(shape, model, None, names, host, port, accelerator, *limits)
+        serve(shape, answers, model, None, host, port, accelerator, *limits)
 
     def _restore(self, model: L.LightningModule, ckpt_path: str | Path | None, command: str) -> Path:
         """Load the checkpoint's weights into `model`, through Lightning's own hooks."""
