@@ -181,7 +181,8 @@ def slurm(session: nox.Session) -> None:
     # Where slurm-wlm and munge are missing, the tests install them (root and apt-get only).
     session.env["SLURM_TESTS_INSTALL"] = "1"
     session.env["OMP_NUM_THREADS"] = "1"  # a torch thread per rank, as torchrun sets it (jobs inherit it)
-    session.run("pytest", "tests/test_slurm.py", *session.posargs)
+    # Two workers, each with a throwaway cluster of its own: the tests mostly wait on the scheduler.
+    session.run("pytest", "-n", "2", "--dist=loadgroup", "tests/test_slurm.py", *session.posargs)
 
 
 @nox.session

@@ -25,6 +25,11 @@ from slurm_cluster import Cluster, ClusterSetupError, running
 from conftest import MAIN, PROJECT_ROOT, main_py_environment
 
 pytestmark = pytest.mark.slow
+# `nox -s slurm` runs two workers (`-n 2 --dist=loadgroup`), each with a cluster of its own: the
+# tests mostly wait on the scheduler. Those compared with the uninterrupted job share one worker,
+# so that job runs once; the others take the second worker.
+COMPARED = pytest.mark.xdist_group("compared-with-the-uninterrupted-job")
+ALONE = pytest.mark.xdist_group("alone")
 
 SCRIPT = PROJECT_ROOT / "scripts" / "slurm.sbatch"
 SWEEP_SCRIPT = PROJECT_ROOT / "scripts" / "sweep.sbatch"
@@ -178,6 +183,7 @@ def uninterrupted(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
     return folder, job, info
 
 
+@COMPARED
 def test_a_job_runs_to_completion_in_one_run_folder(cluster, uninterrupted):
     folder, job, info = uninterrupted
     ended = (info["JobState"], info["ExitCode"], info["Restarts"])
@@ -201,6 +207,7 @@ def assert_resumed_exactly(folder: Path, uninterrupted_folder: Path) -> None:
         assert torch.equal(resumed["state_dict"][name], weights), name
 
 
+@COMPARED
 def test_slurms_warning_stops_every_task_at_one_step_and_the_requeued_job_resumes_exactly(
     cluster, tmp_path, uninterrupted
 ):
@@ -221,6 +228,7 @@ def test_slurms_warning_stops_every_task_at_one_step_and_the_requeued_job_resume
     assert_nothing_left(cluster, job)
 
 
+@COMPARED
 def test_the_time_limit_warning_requeues_the_job_and_it_resumes_exactly(cluster, tmp_path, uninterrupted):
     """Nothing sent by hand: the script's --signal=SIGUSR1@90 under a 3-minute limit.
 
@@ -262,6 +270,7 @@ def main_py_tasks(cluster: Cluster, job: str) -> list[int]:
     return tasks
 
 
+@COMPARED
 def test_slurms_warning_during_start_up_requeues_the_job_and_it_completes(cluster, tmp_path, uninterrupted):
     """SIGUSR1 while the tasks still import torch: noted from main.py's first line, it stops
     training at its first step; the requeued job resumes and ends as one never stopped."""
@@ -288,6 +297,7 @@ def test_slurms_warning_during_start_up_requeues_the_job_and_it_completes(cluste
     assert_nothing_left(cluster, job)
 
 
+@ALONE
 def test_an_error_on_one_task_ends_the_whole_job(cluster, tmp_path):
     folder = job_folder(tmp_path)
     job = submit(cluster, folder, "--trainer.callbacks+=faults.RaiseAt", "--trainer.callbacks.step=3")
@@ -299,6 +309,7 @@ def test_an_error_on_one_task_ends_the_whole_job(cluster, tmp_path):
     assert_nothing_left(cluster, job)
 
 
+@ALONE
 def test_scancel_leaves_no_process_and_nothing_half_written(cluster, tmp_path):
     folder = job_folder(tmp_path)
     job = submit(cluster, folder)
@@ -350,6 +361,7 @@ def load_study(folder: Path, name: str):
     return optuna.load_study(study_name=name, storage=storage)
 
 
+@ALONE
 def test_a_sweep_runs_as_a_job_array_whose_workers_share_one_study_with_ddp_trials(cluster, tmp_path):
     """Each trial is DDP on the CPU (2 processes) inside its 1-task worker: Lightning starts the
     processes, as on any machine (the sweep gives its trials no SLURM variables)."""
@@ -394,6 +406,7 @@ class SlowSteps(L.Callback):
         time.sleep(0.4)
 
 
+@ALONE
 def test_a_preempted_sweep_worker_is_requeued_and_resumes_its_trial_from_its_checkpoint(cluster, tmp_path):
     optuna = pytest.importorskip("optuna", reason='needs the sweep extra: pip install -e ".[sweep]"')
     folder = job_folder(tmp_path)

@@ -12,11 +12,13 @@ this cluster sets 5, and schedules every 2 s, so a requeue restarts within secon
 """
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -55,9 +57,21 @@ class Cluster:
         return dict(item.split("=", 1) for item in result.stdout.split() if "=" in item)
 
 
+def installed() -> bool:
+    return all(shutil.which(name, path=f"{os.environ['PATH']}:/usr/sbin") for name in DAEMONS)
+
+
 def install_if_missing() -> None:
-    if all(shutil.which(name, path=f"{os.environ['PATH']}:/usr/sbin") for name in DAEMONS):
+    """apt-get slurm-wlm and munge, once: pytest-xdist's workers take turns (apt allows one)."""
+    if installed():
         return
+    with (Path(tempfile.gettempdir()) / "kit-slurm-install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not installed():  # unless the worker before this one did it
+            install()
+
+
+def install() -> None:
     if os.environ.get("SLURM_TESTS_INSTALL") != "1":
         raise ClusterSetupError("slurm-wlm and munge are not installed (nox -s slurm installs them, as root)")
     if os.geteuid() != 0 or not shutil.which("apt-get"):
