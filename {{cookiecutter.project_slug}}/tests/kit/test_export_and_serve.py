@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from {{ cookiecutter.package_name }}.kit.export import FORMATS, ExportError, export, load
 
-from kit_fixtures import CLASS_NAMES, FEATURES, TinyModel, TinyRegressor
+from kit_fixtures import CLASS_NAMES, EXTRA, FEATURES, TinyModel, TinyNamedInputs, TinyRegressor
 from kit_testing import (
     QUICK,
     extra,
@@ -173,30 +173,70 @@ class RoundingRegressor(TinyRegressor):
 
 def test_each_task_shape_is_answered_in_its_own_terms():
     """A classifier's class, confidence and class name; a regressor's values as they are; a
-    module's own `serve_answers` before either. A rejected request keeps its place."""
-    from {{ cookiecutter.package_name }}.kit.serving import Batch, ModelAPI, Rejected, answers_for
+    module's own `serve_answers` before either; a model of two named inputs, each read from its
+    own field. A rejected request keeps its place among the others."""
+    from {{ cookiecutter.package_name }}.kit.serving import InputSpec, ModelAPI, Rejected, answers_for
 
-    samples = 3 * torch.randn(3, FEATURES, generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    samples, extras = (
+        3 * torch.randn(3, FEATURES, generator=generator),
+        torch.rand(3, EXTRA, generator=generator),
+    )
+    point = [InputSpec("input", (FEATURES,))]
 
-    def served(module: nn.Module, answers) -> list[dict]:
-        api = ModelAPI([FEATURES], answers, module.eval())
+    def served(module: nn.Module, inputs: list, requests: list[dict], answers=None) -> list:
+        api = ModelAPI(inputs, answers or answers_for(module, None, None), module.eval())
         api.setup("cpu")
-        answered = api.predict(Batch([samples[0], Rejected("bad"), samples[1], samples[2]]))
-        assert answered.pop(1) == Rejected("bad")
-        return answered
+        return api.predict(api.batch([api.decode_request(request) for request in requests]))
 
-    classifier, regressor, rounding = TinyModel(), TinyRegressor(), RoundingRegressor()
-    classes = served(classifier, answers_for(classifier, len(CLASS_NAMES), CLASS_NAMES))
-    values = served(regressor, answers_for(regressor, None, None))
-    own = served(rounding, answers_for(rounding, len(CLASS_NAMES), CLASS_NAMES))
+    def probable(logits: Tensor) -> list[dict]:
+        probabilities = logits.softmax(dim=-1)
+        return [
+            {
+                "class": int(p.argmax()),
+                "confidence": pytest.approx(float(p.max())),
+                "class_name": CLASS_NAMES[p.argmax()],
+            }
+            for p in probabilities
+        ]
+
+    requests = [{"input": sample.tolist()} for sample in samples]
+    classifier, regressor, rounding, named = (
+        TinyModel(),
+        TinyRegressor(),
+        RoundingRegressor(),
+        TinyNamedInputs(),
+    )
+    declared = answers_for(classifier, len(CLASS_NAMES), CLASS_NAMES)
+    classes = served(classifier, point, [requests[0], {"input": [1.0]}, *requests[1:]], declared)
+    assert classes.pop(1) == Rejected(
+        '"input" has shape [1]; expected [4]: a JSON object {"input": [...]} holding one sample of shape [4]'
+    )
+    values = served(regressor, point, requests)
+    own = served(rounding, point, requests, answers_for(rounding, len(CLASS_NAMES), CLASS_NAMES))
+    both = [InputSpec("x", (FEATURES,)), InputSpec("extra", (EXTRA,))]
+    named_requests = [
+        {"x": x.tolist(), "extra": extra.tolist()} for x, extra in zip(samples, extras, strict=True)
+    ]
+    by_name = served(
+        named, both, [named_requests[0], {"x": samples[0].tolist()}, *named_requests[1:]], declared
+    )
+    assert by_name.pop(1).error.startswith(
+        'the request body must be a JSON object {"x": [...], "extra": [...]}'
+    )
     with torch.no_grad():
-        probabilities = classifier(samples).softmax(dim=-1)
+        assert classes == probable(classifier(samples))
         assert torch.tensor([answer["output"] for answer in values]).allclose(regressor(samples))
         assert own == [{"rounded": round(float(output))} for output in rounding(samples)]
-    for answer, probability in zip(classes, probabilities, strict=True):
-        predicted = int(probability.argmax())
-        assert answer == {
-            "class": predicted,
-            "confidence": pytest.approx(float(probability.max())),
-            "class_name": CLASS_NAMES[predicted],
-        }
+        assert by_name == probable(named(samples, extras))
+
+
+def test_a_request_is_read_as_each_input_s_dtype():
+    """Whole numbers for an integer input (token ids, say): 2.5 is refused, not rounded."""
+    from {{ cookiecutter.package_name }}.kit.serving import InputSpec, Rejected, decode
+
+    ids = [InputSpec("ids", (2,), torch.int64)]
+    decoded = decode({"ids": [3, 4]}, ids)
+    assert not isinstance(decoded, Rejected) and decoded["ids"].dtype == torch.int64
+    assert decoded["ids"].tolist() == [3, 4]
+    assert decode({"ids": [3, 2.5]}, ids) == Rejected('"ids" must hold whole numbers (int64)')

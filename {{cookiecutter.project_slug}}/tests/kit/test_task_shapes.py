@@ -11,8 +11,8 @@ import yaml
 
 from {{ cookiecutter.package_name }}.kit.export import FORMATS
 
-from kit_fixtures import CLASSES, FIXTURES, SAMPLES
-from kit_testing import run_fixtures
+from kit_fixtures import CLASSES, EXTRA, FEATURES, FIXTURES, SAMPLES
+from kit_testing import extra, run_fixtures
 
 DDP = ("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
 # What each fixture's predict_step returns, as predictions.csv's header.
@@ -96,6 +96,8 @@ def test_each_task_shape_resumes_exactly_after_sigterm(tmp_path, fixture):
 @pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["regression", "named"])
 def test_each_task_shape_exports_from_a_real_batch_with_parity(tmp_path, fixture):
+    """...and serve reads the export's inputs back from its metadata, by name."""
+    serving = extra("{{ cookiecutter.package_name }}.kit.serving", "serve")
     fit(tmp_path, fixture, "--trainer.max_epochs=1")
     for format, suffix in FORMATS.items():
         output = tmp_path / f"model{suffix}"
@@ -105,6 +107,9 @@ def test_each_task_shape_exports_from_a_real_batch_with_parity(tmp_path, fixture
         metadata = json.loads(output.with_name(output.name + ".json").read_text())
         names = {"regression": ["input"], "named": ["x", "extra"]}[fixture]
         assert [entry["name"] for entry in metadata["inputs"]] == names, "forward's inputs, not the target"
+        served = [(spec.name, spec.shape) for spec in map(serving.InputSpec.described, metadata["inputs"])]
+        shapes = {"input": (FEATURES,), "x": (FEATURES,), "extra": (EXTRA,)}
+        assert served == [(name, shapes[name]) for name in names], "what serve reads from the metadata"
         assert metadata["output"]["shape"] == [None, {"regression": 1, "named": 3}[fixture]]
         assert metadata.get("num_classes") == {"regression": None, "named": CLASSES}[fixture], "declared only"
         assert metadata["parity"]["max_abs_error"] <= 1e-4

@@ -1,6 +1,7 @@
 """Serve a model over HTTP with LitServe: one JSON sample in, the model's answer out.
 
     POST /predict  {"input": [...]}   a nested array of the model's input shape (no batch dimension)
+                   {"x": [...], "extra": [...]}   a model of several inputs: each under its name
     200            {"class": 3, "confidence": 0.9871}   a classifier (and "class_name" when named)
                    {"output": [0.42]}                    any other model: `forward`'s values
     400            {"error": "input has shape [8, 8]; expected [1, 8, 8] ..."}   one line
@@ -49,11 +50,34 @@ class Rejected:
     error: str
 
 
+# One request's sample: a tensor per input of `forward`, by name.
+Sample = dict[str, Tensor]
+
+
 @dataclass
 class Batch:
     """The requests LitServe gathered: the valid ones stacked, the rejected kept in place."""
 
-    items: list[Tensor | Rejected]
+    items: list[Sample | Rejected]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input of `forward`: the request field that holds it, one sample's shape, its dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
+
+    @classmethod
+    def of(cls, name: str, batch: Tensor) -> "InputSpec":
+        """The input that `batch` (a batch of it, as the validation loader gives) is one of."""
+        return cls(name, tuple(batch.shape[1:]), batch.dtype)
+
+    @classmethod
+    def described(cls, entry: dict[str, Any]) -> "InputSpec":
+        """From an export's metadata: {"name": ..., "shape": [null, ...], "dtype": "float32"}."""
+        return cls(entry["name"], tuple(entry["shape"][1:]), getattr(torch, entry["dtype"]))
 
 
 # A batch of `forward`'s outputs in, one JSON-ready answer per sample out.
@@ -97,7 +121,7 @@ class ModelAPI(ls.LitAPI):
 
     def __init__(
         self,
-        input_shape: Sequence[int],
+        inputs: Sequence[InputSpec],
         answers: Answers,
         module: nn.Module | None = None,
         exported: Path | None = None,
@@ -105,7 +129,7 @@ class ModelAPI(ls.LitAPI):
         batch_timeout: float = 0.005,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
-        self.input_shape = tuple(input_shape)
+        self.inputs = list(inputs)
         self.answers = answers
         self.module = module
         self.exported = exported
@@ -118,27 +142,28 @@ class ModelAPI(ls.LitAPI):
         if self.module is not None:
             module = self.module.to(device).eval()
 
-            def run_module(inputs: Tensor) -> Tensor:
+            def run_module(*inputs: Tensor) -> Tensor:
                 with torch.no_grad():
-                    return module(inputs.to(device))
+                    return module(*(tensor.to(device) for tensor in inputs))
 
             self.run: Runner = run_module
         else:
             assert self.exported is not None
             self.run = load(self.exported)
 
-    def decode_request(self, request: dict) -> Tensor | Rejected:  # type: ignore[override]
-        return decode(request, self.input_shape)
+    def decode_request(self, request: dict) -> Sample | Rejected:  # type: ignore[override]
+        return decode(request, self.inputs)
 
-    def batch(self, inputs: list[Tensor | Rejected]) -> Batch:
+    def batch(self, inputs: list[Sample | Rejected]) -> Batch:
         return Batch(inputs)
 
-    def predict(self, inputs: Batch | Tensor | Rejected) -> list[dict[str, Any] | Rejected]:
+    def predict(self, inputs: Batch | Sample | Rejected) -> list[dict[str, Any] | Rejected]:
         items = inputs.items if isinstance(inputs, Batch) else [inputs]
-        valid = [item for item in items if isinstance(item, Tensor)]
+        valid = [item for item in items if not isinstance(item, Rejected)]
         answers: list[dict[str, Any]] = []
         if valid:
-            answers = self.answers(self.run(torch.stack(valid)).detach().cpu())
+            stacked = [torch.stack([sample[spec.name] for sample in valid]) for spec in self.inputs]
+            answers = self.answers(self.run(*stacked).detach().cpu())
         found = iter(answers)
         results = [item if isinstance(item, Rejected) else next(found) for item in items]
         return results if isinstance(inputs, Batch) else results[0]  # type: ignore[return-value]
@@ -152,23 +177,41 @@ class ModelAPI(ls.LitAPI):
         return output
 
 
-def decode(request: Any, shape: tuple[int, ...]) -> Tensor | Rejected:
-    """The sample in a request body, or why it cannot be one."""
-    expected = 'a JSON object {"input": [...]} holding one sample of shape ' + str(list(shape))
-    if not isinstance(request, dict) or "input" not in request:
+def decode(request: Any, inputs: Sequence[InputSpec]) -> Sample | Rejected:
+    """The sample in a request body (a tensor per input), or why it cannot be one."""
+    body = "{" + ", ".join(f'"{spec.name}": [...]' for spec in inputs) + "}"
+    shapes = "; ".join(f"{spec.name} of shape {list(spec.shape)}" for spec in inputs)
+    expected = f"a JSON object {body} holding one sample ({shapes})"
+    if len(inputs) == 1:
+        expected = f"a JSON object {body} holding one sample of shape {list(inputs[0].shape)}"
+    if not isinstance(request, dict) or any(spec.name not in request for spec in inputs):
         return Rejected(f"the request body must be {expected}")
-    problem = misfit(request["input"], shape)
-    if problem is not None:
-        return Rejected(f'"input" {problem}; expected {list(shape)}: {expected}')
-    try:
-        sample = torch.tensor(request["input"], dtype=torch.float32)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return Rejected(f'"input" must be a nested array of numbers: {expected}')
-    if tuple(sample.shape) != shape:
-        return Rejected(f'"input" has shape {list(sample.shape)}; expected {list(shape)}: {expected}')
-    if not bool(torch.isfinite(sample).all()):
-        return Rejected('"input" holds NaN or infinite values')
+    sample: Sample = {}
+    for spec in inputs:
+        value = decode_value(request[spec.name], spec, expected)
+        if isinstance(value, Rejected):
+            return value
+        sample[spec.name] = value
     return sample
+
+
+def decode_value(value: Any, spec: InputSpec, expected: str) -> Tensor | Rejected:
+    """One input's value as a tensor of its dtype, or why not (a wrong form says what is expected)."""
+    name, shape = f'"{spec.name}"', list(spec.shape)
+    problem = misfit(value, spec.shape)
+    if problem is not None:
+        return Rejected(f"{name} {problem}; expected {shape}: {expected}")
+    try:
+        tensor = torch.tensor(value, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return Rejected(f"{name} must be a nested array of numbers: {expected}")
+    if list(tensor.shape) != shape:
+        return Rejected(f"{name} has shape {list(tensor.shape)}; expected {shape}: {expected}")
+    if not bool(torch.isfinite(tensor).all()):
+        return Rejected(f"{name} holds NaN or infinite values")
+    if not spec.dtype.is_floating_point and not bool((tensor == tensor.round()).all()):
+        return Rejected(f"{name} must hold whole numbers ({str(spec.dtype).removeprefix('torch.')})")
+    return tensor.to(spec.dtype)
 
 
 def misfit(value: Any, shape: tuple[int, ...]) -> str | None:
@@ -237,7 +280,7 @@ class BodyLimit:
 
 
 def serve(
-    input_shape: Sequence[int],
+    inputs: Sequence[InputSpec],
     answers: Answers,
     module: nn.Module | None = None,
     exported: Path | None = None,
@@ -251,7 +294,7 @@ def serve(
     """Serve until Ctrl-C or SIGTERM, which both stop LitServe's worker processes too.
 
     The settings are checked first by `KitTrainer.serve` (`kit.trainer.check_serving`)."""
-    api = ModelAPI(input_shape, answers, module, exported, max_batch_size, batch_timeout)
+    api = ModelAPI(inputs, answers, module, exported, max_batch_size, batch_timeout)
     if exported is not None:
         accelerator = "cpu"  # exported files run on the CPU here
     server = ls.LitServer(api, accelerator=accelerator, devices=1, workers_per_device=1, timeout=30)
@@ -278,7 +321,8 @@ def serve(
     server.app.add_exception_handler(HTTPException, not_json)
     server.app.add_middleware(BodyLimit, limit=max_request_bytes)
     received = stop_on_signals()
-    print(f"Serving on http://{host}:{port}/predict (input shape {list(input_shape)}); Ctrl-C stops")
+    shapes = ", ".join(f"{spec.name} {list(spec.shape)}" for spec in inputs)
+    print(f"Serving on http://{host}:{port}/predict (inputs: {shapes}); Ctrl-C stops")
     server.run(host=host, port=port, generate_client_file=False)  # no client.py in the working folder
     if received:  # LitServe has shut down gracefully and logged it: one line, and the signal's exit code
         print(f"Stopped serving ({signal.Signals(received[0]).name}).", file=sys.stderr)

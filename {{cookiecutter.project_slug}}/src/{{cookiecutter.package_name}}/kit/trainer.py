@@ -96,27 +96,25 @@ class KitTrainer(L.Trainer):
         """
         check_serving(host, port, max_batch_size, batch_timeout, max_request_bytes)
         require(("litserve",), "serve", "serve")
-        from .serving import answers_for, serve  # imports LitServe
+        from .serving import InputSpec, answers_for, serve  # imports LitServe
 
+        limits = (max_batch_size, batch_timeout, max_request_bytes)
         if exported is not None:
             metadata = read_metadata(exported)
-            if "input" not in metadata:
-                raise ExportError(f"{exported} takes several inputs; serve answers one-input models")
-            shape = metadata["input"]["shape"][1:]
+            if "inputs" not in metadata:
+                raise ExportError(f"{exported} was exported by an older version: export it again")
+            inputs = [InputSpec.described(entry) for entry in metadata["inputs"]]
             answers = answers_for(None, metadata.get("num_classes"), metadata.get("class_names"))
-            limits = (max_batch_size, batch_timeout, max_request_bytes)
-            serve(shape, answers, None, exported, host, port, "cpu", *limits)
+            serve(inputs, answers, None, exported, host, port, "cpu", *limits)
             return
         self._restore(model, ckpt_path, "serve")
-        inputs = validation_inputs(self, datamodule, model)
-        if list(inputs) != ["input"]:
-            raise ExportError(f"the model takes {', '.join(inputs)}; serve answers one-input models")
-        shape = list(inputs["input"].shape[1:])
+        inputs = [
+            InputSpec.of(name, batch) for name, batch in validation_inputs(self, datamodule, model).items()
+        ]
         declared = data_description(datamodule, model)
         answers = answers_for(model, declared.get("num_classes"), declared.get("class_names"))
         accelerator = "cuda" if self.strategy.root_device.type == "cuda" else "cpu"
-        limits = (max_batch_size, batch_timeout, max_request_bytes)
-        serve(shape, answers, model, None, host, port, accelerator, *limits)
+        serve(inputs, answers, model, None, host, port, accelerator, *limits)
 
     def _restore(self, model: L.LightningModule, ckpt_path: str | Path | None, command: str) -> Path:
         """Load the checkpoint's weights into `model`, through Lightning's own hooks."""
