@@ -479,7 +479,8 @@ class GracefulInterrupt(Callback):
         if self._distributed or signum not in (signal.SIGINT, signal.SIGTERM) or not self._lightning_sigterm:
             self._stop_at_step_end = True
             if first:
-                print(f"Received SIGTERM on PID {os.getpid()}: every rank stops after this step.", flush=True)
+                name = signal.Signals(signum).name
+                print(f"Received {name} on PID {os.getpid()}: every rank stops after this step.", flush=True)
             return
         if self._validating and not self._deferred:
             self._deferred = True
