@@ -2,11 +2,13 @@
 
 import re
 
+import lightning as L
 import pytest
 import torch
 from jsonargparse import Namespace
 from lightning.pytorch.cli import ReduceLROnPlateau as LightningPlateau
 
+from {{ cookiecutter.package_name }}.kit.callbacks import BestCheckpoint
 from {{ cookiecutter.package_name }}.kit.errors import UsageError
 from {{ cookiecutter.package_name }}.kit.optimizers import configure_optimizers, describe
 
@@ -33,6 +35,25 @@ def test_reduce_on_plateau_watches_its_own_monitor_or_is_refused(optimizer):
     blind = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
     with pytest.raises(UsageError, match=re.escape("--lr_scheduler.monitor=val/loss")):
         configure_optimizers(None, optimizer, blind)
+
+
+@pytest.mark.parametrize(
+    ("monitor", "plateau_mode", "watches"),
+    [("val/mse", "min", "val/mse"), ("val/acc", "max", "val/acc"), ("val/acc", "min", None)],
+)
+def test_reduce_on_plateau_without_a_monitor_watches_the_best_checkpoints_metric(
+    optimizer, monitor, plateau_mode, watches
+):
+    """Named once, in `checkpoint.monitor`: unless the two disagree on whether lower is better."""
+    trainer = L.Trainer(callbacks=[BestCheckpoint(monitor=monitor)], logger=False)
+    module = L.LightningModule()
+    module.trainer = trainer
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode=plateau_mode)
+    if watches is None:
+        with pytest.raises(UsageError, match=re.escape("ReduceLROnPlateau (mode min) needs a metric")):
+            configure_optimizers(module, optimizer, plateau)
+    else:
+        assert configure_optimizers(module, optimizer, plateau)["lr_scheduler"]["monitor"] == watches
 
 
 def test_describe_names_the_class_and_what_differs_from_its_defaults():

@@ -165,6 +165,31 @@ def test_a_search_space_key_must_name_a_setting_of_the_config():
         check_keys(Space("val/acc", "maximize", {}, {"model.hiddn": {}}, 0), config)
 
 
+@pytest.mark.parametrize(
+    ("metric", "direction", "checkpoint", "settled"),
+    [
+        (None, None, {"monitor": "val/mse"}, ("val/mse", "minimize")),  # named once, for the checkpoint
+        (None, None, {"monitor": "val/score", "mode": "max"}, ("val/score", "maximize")),
+        ("val/loss", None, {"monitor": "val/acc"}, ("val/loss", "minimize")),  # by its name
+        ("val/acc", "minimize", {"monitor": "val/acc"}, ("val/acc", "minimize")),  # as written
+    ],
+)
+def test_a_sweep_optimizes_the_checkpoints_metric_unless_told_otherwise(
+    metric, direction, checkpoint, settled
+):
+    from {{ cookiecutter.package_name }}.kit.sweep import Space
+
+    space = Space(metric, direction, {}, {}, 0).for_config({"checkpoint": checkpoint})
+    assert (space.metric, space.direction) == settled
+
+
+def test_a_metric_of_no_known_direction_asks_for_one():
+    from {{ cookiecutter.package_name }}.kit.sweep import Space, SweepError
+
+    with pytest.raises(SweepError, match="add `direction: maximize` or `direction: minimize`"):
+        Space("val/score", None, {}, {}, 0).for_config({"checkpoint": {"monitor": "val/acc"}})
+
+
 def test_sweep_help_lists_its_own_options():
     result = subprocess.run(
         [

@@ -21,22 +21,36 @@ def configure_optimizers(
     lr_scheduler: LRSchedulerTypeUnion | None = None,
 ) -> Any:
     """Lightning's default steps every scheduler once per epoch; OneCycleLR and CyclicLR are
-    stepped per batch, and ReduceLROnPlateau watches the metric named by its own `monitor`."""
+    stepped per batch, and ReduceLROnPlateau watches the metric named by its own `monitor`, or
+    else what the best checkpoint watches (`checkpoint.monitor`), so a project names it once."""
     if lr_scheduler is None:
         return optimizer
     scheduler: dict[str, Any] = {"scheduler": lr_scheduler}
     if isinstance(lr_scheduler, ReduceLROnPlateau):
-        monitor = getattr(lr_scheduler, "monitor", None)
-        if monitor is None:
-            raise UsageError(
-                "ReduceLROnPlateau needs a metric to watch: use Lightning's version, "
-                "--lr_scheduler=ReduceLROnPlateau --lr_scheduler.monitor=val/loss (mode min) "
-                "or --lr_scheduler.monitor=val/acc --lr_scheduler.mode=max."
-            )
-        scheduler["monitor"] = monitor
+        scheduler["monitor"] = plateau_monitor(lightning_module, lr_scheduler)
     if isinstance(lr_scheduler, PER_STEP_SCHEDULERS):
         scheduler["interval"] = "step"
     return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+
+def plateau_monitor(lightning_module: L.LightningModule | None, plateau: ReduceLROnPlateau) -> str:
+    """The metric `plateau` watches: its own `monitor` (Lightning's version has one), else the
+    best checkpoint's, where the two agree on whether lower is better."""
+    monitor = getattr(plateau, "monitor", None)
+    if monitor is not None:
+        return str(monitor)
+    try:
+        checkpoint = lightning_module.trainer.checkpoint_callback  # type: ignore[union-attr]
+    except (AttributeError, RuntimeError):  # no module, or not attached to a Trainer
+        checkpoint = None
+    watched = getattr(checkpoint, "monitor", None)
+    if watched is not None and getattr(checkpoint, "mode", None) == plateau.mode:
+        return str(watched)
+    raise UsageError(
+        f"ReduceLROnPlateau (mode {plateau.mode}) needs a metric to watch: name it with Lightning's version, "
+        "--lr_scheduler=ReduceLROnPlateau --lr_scheduler.monitor=val/loss (mode min) "
+        "or --lr_scheduler.monitor=val/acc --lr_scheduler.mode=max."
+    )
 
 
 def describe(spec: Any) -> str:

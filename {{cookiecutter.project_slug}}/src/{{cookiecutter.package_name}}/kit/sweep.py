@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +32,7 @@ import lightning as L
 import yaml
 
 from . import early_signal, launcher, trackers
+from .callbacks import metric_mode
 from .errors import ArgumentParser
 from .files import write_atomically
 from .internals import trial_to_report_to
@@ -88,13 +89,33 @@ class MetricsFile(L.Callback):
 
 @dataclass
 class Space:
-    """The search space file: the metric, its direction, the pruner and each setting's range."""
+    """The search space file: the metric, its direction, the pruner and each setting's range.
 
-    metric: str
-    direction: Literal["maximize", "minimize"]
+    Without a `metric`, the sweep optimizes what the project's best checkpoint watches
+    (`checkpoint.monitor`), so a project names its metric once; without a `direction`, the
+    metric's name says it, as for the checkpoint (`for_config`)."""
+
+    metric: str | None
+    direction: Literal["maximize", "minimize"] | None
     pruner: dict[str, Any]
     params: dict[str, dict[str, Any]]
     seed: int | None
+
+    def for_config(self, config: dict[str, Any]) -> "Space":
+        """This space with its metric and direction settled, from `fit`'s config where unset."""
+        checkpoint = config.get("checkpoint") or {}
+        metric = self.metric or checkpoint.get("monitor") or "val/acc"
+        mode = checkpoint.get("mode") if metric == checkpoint.get("monitor") else None
+        if self.direction is None:
+            try:
+                mode = mode or metric_mode(metric)
+            except ValueError:
+                raise SweepError(
+                    f"the sweep cannot tell whether {metric} is better higher or lower: "
+                    "add `direction: maximize` or `direction: minimize` to the search space"
+                ) from None
+        direction = self.direction or ("maximize" if mode == "max" else "minimize")
+        return replace(self, metric=metric, direction=direction)
 
 
 def load_space(path: Path) -> Space:
@@ -124,12 +145,12 @@ def load_space(path: Path) -> Space:
             raise SweepError(f"{path}: {key} has low {param['low']} >= high {param['high']}; swap them")
         if param.get("log") and param["low"] <= 0:
             raise SweepError(f"{path}: {key} is log-scaled, so low must be above 0, not {param['low']}")
-    direction = spec.get("direction", "maximize")
-    if direction not in ("maximize", "minimize"):
+    direction = spec.get("direction")
+    if direction not in (None, "maximize", "minimize"):
         raise SweepError(f"{path}: direction {direction!r}; use maximize or minimize")
     pruner = spec.get("pruner") or {"type": "median"}
     pruner = {"type": pruner} if isinstance(pruner, str) else pruner
-    return Space(spec.get("metric", "val/acc"), direction, pruner, params, spec.get("seed"))
+    return Space(spec.get("metric"), direction, pruner, params, spec.get("seed"))
 
 
 def check_keys(space: Space, config: dict[str, Any]) -> None:
@@ -490,6 +511,7 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
         space = load_space(args.space)
         config = print_config(fit_command, fit_args)
         check_keys(space, config)
+        space = space.for_config(config)
         root_dir = (config.get("trainer") or {}).get("default_root_dir") or "."
         autolog_hparams = (config.get("trainer") or {}).get("enable_autolog_hparams", True)
         study_dir = Path(root_dir) / "sweeps" / args.study
