@@ -91,6 +91,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def first_job_id() -> int:
+    """Job IDs of their own for the clusters of pytest-xdist's workers (gw0: 1, gw1: 1001, ...):
+    Lightning derives a SLURM job's DDP port from its ID (15000 + its last 4 digits), and two
+    clusters both numbering from 1 would start their first jobs on one port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    return 1 + 1000 * (int(worker) if worker.isdigit() else 0)
+
+
 def write_config(folder: Path, node: str) -> Path:
     """slurm.conf for one node, `node`, that is its own controller; everything under `folder`."""
     for name in ("state", "spool"):
@@ -98,6 +106,7 @@ def write_config(folder: Path, node: str) -> Path:
     config = folder / "slurm.conf"
     config.write_text(
         f"""ClusterName=kittests
+FirstJobId={first_job_id()}
 SlurmctldHost={node}(127.0.0.1)
 SlurmctldPort={free_port()}
 SlurmdPort={free_port()}
