@@ -240,3 +240,6 @@ def test_a_request_is_read_as_each_input_s_dtype():
     assert not isinstance(decoded, Rejected) and decoded["ids"].dtype == torch.int64
     assert decoded["ids"].tolist() == [3, 4]
     assert decode({"ids": [3, 2.5]}, ids) == Rejected('"ids" must hold whole numbers (int64)')
+    assert decode({"ids": [3, 1e30]}, ids) == Rejected('"ids" must hold whole numbers (int64)')
+    too_large = decode({"input": [1e39]}, [InputSpec("input", (1,))])  # beyond float32's range
+    assert too_large == Rejected('"input" holds NaN or infinite values')

@@ -207,11 +207,12 @@ def decode_value(value: Any, spec: InputSpec, expected: str) -> Tensor | Rejecte
         return Rejected(f"{name} must be a nested array of numbers: {expected}")
     if list(tensor.shape) != shape:
         return Rejected(f"{name} has shape {list(tensor.shape)}; expected {shape}: {expected}")
-    if not bool(torch.isfinite(tensor).all()):
+    converted = tensor.to(spec.dtype)
+    if not bool(torch.isfinite(converted).all()):  # NaN, or too large for a float32
         return Rejected(f"{name} holds NaN or infinite values")
-    if not spec.dtype.is_floating_point and not bool((tensor == tensor.round()).all()):
+    if not spec.dtype.is_floating_point and not bool((converted.to(torch.float64) == tensor).all()):
         return Rejected(f"{name} must hold whole numbers ({str(spec.dtype).removeprefix('torch.')})")
-    return tensor.to(spec.dtype)
+    return converted
 
 
 def misfit(value: Any, shape: tuple[int, ...]) -> str | None:
