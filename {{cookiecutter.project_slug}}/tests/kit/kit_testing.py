@@ -4,6 +4,7 @@ A module of its own rather than a second conftest.py: pytest imports every conft
 one name `conftest`, so `from conftest import ...` would reach whichever folder's loaded last.
 """
 
+import functools
 import importlib
 import os
 import signal
@@ -74,10 +75,11 @@ def free_port() -> int:
 
 def run_fixtures_here(monkeypatch: pytest.MonkeyPatch, *args: str) -> None:
     """`python -m kit_fixtures ARGS` in this process: quicker, for runs without DDP."""
-    from kit_fixtures import FixtureCLI, run
+    from kit_fixtures import FixtureCLI, chosen_fixture, run
 
-    monkeypatch.setattr(sys, "argv", ["kit_fixtures", *args])
-    run(FixtureCLI)
+    fixture, rest = chosen_fixture(list(args))
+    monkeypatch.setattr(sys, "argv", ["kit_fixtures", *rest])
+    run(functools.partial(FixtureCLI, fixture))
 
 
 def tensorboard_scalars(run_dir: Path) -> dict[str, list[float]]:

@@ -18,6 +18,7 @@ from {{ cookiecutter.package_name }}.kit.visuals import (
     ValidationImages,
     confusion_image,
     sample_grid,
+    scatter_image,
     top_mistakes_markdown,
 )
 
@@ -75,6 +76,31 @@ def fake_trainer(fn: TrainerFn, epoch: int = 0, sanity_checking: bool = False) -
     """Just what `draws_now` reads, for a fit of 7 epochs."""
     state = SimpleNamespace(fn=fn)
     return SimpleNamespace(state=state, current_epoch=epoch, max_epochs=7, sanity_checking=sanity_checking)
+
+
+def test_a_perfect_regressor_puts_every_dot_on_the_diagonal():
+    values = torch.linspace(-3, 5, 50)
+    picture = scatter_image(values, values, size=100)
+    dots = (picture[2] > picture[0] + 0.2).nonzero()  # blue: more blue than red
+    assert len(dots) > 40
+    rows, columns = dots.unbind(dim=1)
+    assert ((rows + columns) - 99).abs().max() <= 1, "up and across agree: the anti-diagonal of rows"
+    off = scatter_image(values, values + 4, size=100)  # each target 4 above its prediction
+    off_dots = (off[2] > off[0] + 0.2).nonzero()
+    assert ((off_dots[:, 0] + off_dots[:, 1]) - 99).abs().min() > 10, "off the diagonal"
+
+
+def test_a_regression_fit_draws_predicted_against_target_and_nothing_else(tmp_path, monkeypatch, recwarn):
+    monkeypatch.chdir(tmp_path)
+    fit = ("--fixture=regression", "fit", "--checkpoint.monitor=val/mse", "--trainer.max_epochs=2", *QUICK)
+    run_fixtures_here(monkeypatch, *fit, PICTURES, "--trainer.callbacks.every_n_epochs=1")
+    (run_dir,) = (tmp_path / "lightning_logs").glob("version_0")
+    accumulator = events(run_dir)
+    assert len(accumulator.Images("val/predicted_vs_target")) == 2, "after each epoch"
+    assert "val/confusion_matrix" not in accumulator.Tags()["images"]
+    (summary, _) = text(accumulator, "val/predicted_vs_target")
+    assert summary.startswith("60 values") and "R²" in summary, summary
+    assert not [str(w.message) for w in recwarn if "ValidationImages" in str(w.message)]
 
 
 def test_draws_every_n_epochs_and_after_the_last_but_never_in_the_sanity_check():

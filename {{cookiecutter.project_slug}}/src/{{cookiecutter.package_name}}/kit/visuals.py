@@ -1,4 +1,5 @@
-"""Pictures in TensorBoard: a confusion matrix, sample predictions and the model graph.
+"""Pictures in TensorBoard: a confusion matrix and sample predictions for a classifier, predicted
+against target values for a regressor, and the model graph.
 
 Scalars say *how well* the model does; these pictures say *where it goes wrong*. They are drawn
 with plain torch ops (no plotting library) and only every few epochs, so training stays fast.
@@ -21,19 +22,27 @@ WRONG = (0.9, 0.1, 0.1)  # and of a misclassified one: red
 
 
 class ValidationImages(L.Callback):
-    """Logs a confusion matrix and a grid of validation samples to TensorBoard's images tab.
+    """Logs pictures of the validation set to TensorBoard's images tab, as the task calls for.
 
     Every `every_n_epochs` epochs (and after the last one) it runs the model once more on each
-    validation batch (`(inputs, targets)` pairs), so the LightningModule needs no changes:
-    - `val/confusion_matrix`: rows are true classes, columns predicted ones, each row scaled to
-      sum to 1 (dark = most of that class). Counted over the whole validation set, all ranks.
-      Its text entry lists the most frequent mistakes.
-    - `val/samples`: the first `num_samples` validation inputs, framed green when predicted
-      right and red when wrong; its text entry gives each predicted class (and true one if wrong).
+    validation batch (`(inputs, targets)` pairs), so the LightningModule needs no changes. The
+    targets say the task: whole numbers, a classifier; floats, a regressor.
+    - `val/confusion_matrix` (classifier): rows are true classes, columns predicted ones, each row
+      scaled to sum to 1 (dark = most of that class). Counted over the whole validation set, all
+      ranks. Its text entry lists the most frequent mistakes.
+    - `val/samples` (classifier on images): the first `num_samples` validation inputs, framed green
+      when predicted right and red when wrong; its text entry gives each predicted class (and
+      true one if wrong).
+    - `val/predicted_vs_target` (regressor): each value predicted (up) against its target
+      (across), rank zero's share of the validation set, up to `MAX_POINTS`; on the diagonal is
+      right. Its text entry gives the mean absolute error and R².
     - the model graph (GRAPHS tab), once at the start of fit, traced from the module's
       `example_input_array`, when `log_graph` is on.
+    Batches of another form (dicts, say) get the graph only, without a warning.
     `every_n_epochs=0` turns the pictures off. `python main.py validate` draws them every time.
     """
+
+    MAX_POINTS = 4096
 
     def __init__(self, every_n_epochs: int = 5, num_samples: int = 32, log_graph: bool = True) -> None:
         super().__init__()
@@ -46,6 +55,7 @@ class ValidationImages(L.Callback):
         self.log_graph = log_graph
         self._confusion: MulticlassConfusionMatrix | None = None
         self._samples: list[tuple[Tensor, Tensor, Tensor]] = []  # (inputs, predicted, targets)
+        self._values: list[tuple[Tensor, Tensor]] = []  # a regressor's (predicted, targets)
         self._drawing = False
         self._graph_drawn = False  # once per run, even if a tuner fits a few trial steps first
 
@@ -75,7 +85,7 @@ class ValidationImages(L.Callback):
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Decided alike on every rank: the confusion matrix syncs across all of them.
         self._drawing = self.draws_now(trainer) and _tensorboard(trainer) is not None
-        self._samples = []
+        self._samples, self._values = [], []
         if self._confusion is not None:
             self._confusion.reset()
 
@@ -84,27 +94,49 @@ class ValidationImages(L.Callback):
         trainer: L.Trainer,
         pl_module: L.LightningModule,
         outputs: Any,
-        batch: tuple[Tensor, Tensor],
+        batch: Any,
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        if not self._drawing:
+        pair = isinstance(batch, list | tuple) and len(batch) == 2
+        if not (self._drawing and pair and all(isinstance(part, Tensor) for part in batch)):
             return
         inputs, targets = batch
         with trainer.precision_plugin.val_step_context():  # the same numerics as validation_step
-            logits = pl_module(inputs)
+            predictions = pl_module(inputs)
+        if targets.is_floating_point():
+            self._collect_values(trainer, predictions, targets)
+        else:
+            self._collect_classes(trainer, inputs, predictions, targets)
+
+    def _collect_values(self, trainer: L.Trainer, predictions: Tensor, targets: Tensor) -> None:
+        missing = self.MAX_POINTS - sum(len(chunk[0]) for chunk in self._values)
+        if trainer.is_global_zero and missing > 0 and predictions.numel() == targets.numel():
+            chunk = (predictions.detach().float().flatten(), targets.detach().float().flatten())
+            self._values.append(tuple(part[:missing].cpu() for part in chunk))  # type: ignore[arg-type]
+
+    def _collect_classes(self, trainer: L.Trainer, inputs: Tensor, logits: Tensor, targets: Tensor) -> None:
         predicted = logits.argmax(dim=-1)
-        self._confusion_matrix(logits.shape[-1], pl_module.device).update(predicted, targets)
+        self._confusion_matrix(logits.shape[-1], logits.device).update(predicted, targets)
         missing = self.num_samples - sum(len(chunk[0]) for chunk in self._samples)
         if trainer.is_global_zero and missing > 0 and inputs.dim() in (3, 4):  # images only
             chunk = (inputs[:missing], predicted[:missing], targets[:missing])
             self._samples.append(tuple(part.detach().float().cpu() for part in chunk))  # type: ignore[arg-type]
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self._drawing or self._confusion is None:
+        if not self._drawing:
+            return
+        logger = _tensorboard(trainer)
+        if self._values and logger is not None:  # rank zero's share: no collective
+            predicted, targets = (torch.cat(parts) for parts in zip(*self._values, strict=True))
+            writer, step = logger.experiment, trainer.global_step
+            writer.add_image(
+                "val/predicted_vs_target", scatter_image(predicted, targets), step, dataformats="CHW"
+            )
+            writer.add_text("val/predicted_vs_target", fit_markdown(predicted, targets), step)
+        if self._confusion is None:
             return
         counts = self._confusion.compute()  # a collective under DDP: every rank must call it
-        logger = _tensorboard(trainer)
         if not trainer.is_global_zero or logger is None:
             return
         writer, step = logger.experiment, trainer.global_step
@@ -181,6 +213,42 @@ def sample_grid(inputs: Tensor, correct: Tensor, columns: int = 8, min_side: int
         row, column = divmod(index, columns)
         grid[:, row * tile_h : (row + 1) * tile_h, column * tile_w : (column + 1) * tile_w] = tile
     return grid
+
+
+def scatter_image(predicted: Tensor, targets: Tensor, size: int = 320) -> Tensor:
+    """A (3, H, W) picture in [0, 1]: a dot for each value, its target across and its prediction
+    up, on one scale, with the diagonal (a perfect prediction) in grey. Dots that pile up darken."""
+    values = torch.cat([predicted, targets]).float()
+    low, high = float(values.min()), float(values.max())
+    span = max(high - low, 1e-8)
+    margin = 8
+    inside = size - 2 * margin
+
+    def pixel(value: Tensor) -> Tensor:
+        return (margin + (value.float() - low) / span * (inside - 1)).round().long().clamp(0, size - 1)
+
+    picture = torch.ones(3, size, size)
+    diagonal = torch.arange(margin, size - margin)
+    picture[:, size - 1 - diagonal, diagonal] = 0.8  # row 0 is the top: up means a smaller row
+    column, row = pixel(targets), size - 1 - pixel(predicted)
+    hits = torch.zeros(size, size).index_put_((row, column), torch.ones(len(row)), accumulate=True)
+    shade = (hits / hits.max().clamp(min=1)).sqrt()  # one dot shows; a pile is darkest
+    dots = hits > 0
+    blue = torch.tensor([0.1, 0.3, 0.8]).view(3, 1)
+    picture[:, dots] = 1 - (1 - blue) * (0.5 + 0.5 * shade[dots])
+    return picture
+
+
+def fit_markdown(predicted: Tensor, targets: Tensor) -> str:
+    """How close the predictions in the picture are: mean absolute error and R²."""
+    errors = predicted.float() - targets.float()
+    spread = ((targets - targets.mean()) ** 2).sum()
+    r2 = 1 - float((errors**2).sum() / spread) if float(spread) > 0 else float("nan")
+    mae = float(errors.abs().mean())
+    return (
+        f"{len(errors)} values (rank zero's validation share). Across: target; up: predicted; "
+        f"the grey diagonal is a perfect prediction.\n\nMean absolute error {mae:.4g}; R² {r2:.3f}."
+    )
 
 
 def top_mistakes_markdown(counts: Tensor, top: int = 10) -> str:
