@@ -4,9 +4,10 @@ the interpreter's exit (`kit/process_exit.py`). Each case is its own process: it
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+
+from kit_testing import free_port
 
 RANK = textwrap.dedent(
     """
@@ -14,8 +15,8 @@ RANK = textwrap.dedent(
     import torch, torch.distributed as dist
     from {{ cookiecutter.package_name }}.kit.process_exit import run_and_exit
 
-    rank, world_size, rendezvous, ending = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size)
+    rank, world_size, port, ending = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
 
     def entry():
         total = torch.ones(1)
@@ -34,10 +35,8 @@ RANK = textwrap.dedent(
 )
 
 
-def start_rank(rank: int, world_size: int, rendezvous: Path, ending: str) -> subprocess.Popen[str]:
-    """A rank joining the group whose rendezvous file is `rendezvous` (a file per group: no port
-    that another group of this test could take between choosing it and listening on it)."""
-    args = [sys.executable, "-c", RANK, str(rank), str(world_size), str(rendezvous), ending]
+def start_rank(rank: int, world_size: int, port: int, ending: str) -> subprocess.Popen[str]:
+    args = [sys.executable, "-c", RANK, str(rank), str(world_size), str(port), ending]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -50,9 +49,9 @@ def start_rank(rank: int, world_size: int, rendezvous: Path, ending: str) -> sub
         ("error", 1, "ValueError: a bug in the user's code"),
     ],
 )
-def test_a_rank_exits_as_python_would_have(ending, code, says, tmp_path):
+def test_a_rank_exits_as_python_would_have(ending, code, says):
     """Its run's `SystemExit` code, or 0, or 1 after the message or the traceback: output first."""
-    process = start_rank(0, 1, tmp_path / "group", ending)
+    process = start_rank(0, 1, free_port(), ending)
     out, err = process.communicate(timeout=120)
     assert process.returncode == code, err
     assert out == "rank 0 summed 1\n"
@@ -61,14 +60,14 @@ def test_a_rank_exits_as_python_would_have(ending, code, says, tmp_path):
         assert "Traceback (most recent call last):" in err.splitlines()[0]  # torch prefixes "[rank0]: "
 
 
-def test_ranks_that_stop_together_exit_143_every_time(tmp_path):
+def test_ranks_that_stop_together_exit_143_every_time():
     """Left to the interpreter, about one exit in four aborts (-6) under load: four pairs at once,
     three times, make a single abort all but certain without the fix."""
-    for round_ in range(3):
+    for _ in range(3):
         pairs = []
-        for pair in range(4):
-            rendezvous = tmp_path / f"group-{round_}-{pair}"
-            pairs += [start_rank(rank, 2, rendezvous, "143") for rank in (0, 1)]
+        for _ in range(4):
+            port = free_port()
+            pairs += [start_rank(rank, 2, port, "143") for rank in (0, 1)]
         errors = [process.communicate(timeout=120)[1] for process in pairs]
         codes = [process.returncode for process in pairs]
         assert codes == [143] * 8, [error for code, error in zip(codes, errors, strict=True) if code != 143]
