@@ -22,7 +22,7 @@ from torch import Tensor
 from . import early_signal, internals
 
 # Metric names whose direction goes without saying; anything else must state its mode.
-HIGHER_IS_BETTER = ("acc", "f1", "auroc", "precision", "recall", "iou", "hp_metric")
+HIGHER_IS_BETTER = ("acc", "f1", "auroc", "precision", "recall", "iou", "r2", "hp_metric")
 LOWER_IS_BETTER = ("loss", "error", "mse", "mae")
 
 

@@ -79,16 +79,17 @@ def checked_labels(labels: np.ndarray, source: str) -> torch.Tensor:
     return torch.as_tensor(labels)
 
 
-def checked_targets(targets: np.ndarray, source: str) -> torch.Tensor:
-    """float32 regression targets, one row per sample: numbers, none NaN or infinite."""
+def checked_targets(targets: np.ndarray, source: str, what: str = "target") -> torch.Tensor:
+    """float32 numbers, one row per sample, none NaN or infinite: regression targets, or
+    tabular features (`what="feature"`, named in the message)."""
     if targets.dtype.kind not in "uif":
-        raise DataError(f"{source}: targets are {targets.dtype}, not numbers")
+        raise DataError(f"{source}: {what}s are {targets.dtype}, not numbers")
     if targets.size == 0:
         raise DataError(f"{source}: holds no samples")
     bad = ~np.isfinite(targets.astype(np.float64))
     if bad.any():
         first = np.nonzero(bad.reshape(len(targets), -1).any(axis=1))[0][0]
-        raise DataError(f"{source}: {bad.sum()} NaN or infinite target value(s), the first at index {first}")
+        raise DataError(f"{source}: {bad.sum()} NaN or infinite {what} value(s), the first at index {first}")
     return torch.as_tensor(targets, dtype=torch.float32)
 
 
