@@ -85,8 +85,9 @@ def tests(session: nox.Session) -> None:
     version = os.environ.get("TORCH_VERSION", builds.TESTED_TORCH_VERSION)
     build = os.environ.get("TORCH_BUILD", "cpu")
     session.install(*builds.pip_requirement(build, version, os.environ.get("TORCH_INDEX_URL")))
-    # The generated project's dependencies; its extras' own tests run in the cpu session.
-    session.install("-e", f"{project}[test]")
+    # The generated project's dependencies, and the extras the regression example's tests use
+    # (every extra's own tests run in the cpu session).
+    session.install("-e", f"{project}[sweep,export,serve,test]")
     # The tests install rendered projects with `python -m pip`, which a uv-made venv lacks.
     session.install("pip")
     # Test files side by side (pytest-xdist, from the project's test extra), each whole on one

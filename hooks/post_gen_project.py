@@ -1,4 +1,4 @@
-"""Keep only the chosen licence as LICENSE, then tell the user how to start.
+"""Put the chosen example's files in place, keep only the chosen licence, then tell the user how to start.
 
 Cookiecutter renders this file with Jinja and runs it inside the generated project folder.
 """
@@ -14,6 +14,9 @@ from pathlib import Path
 RENDERED_ANSWERS = r"""{{ cookiecutter | tojson }}"""
 
 LICENSES_DIR = Path("licenses")
+# The project's files are the image classifier's; each other task's folder here holds the files
+# that replace them (same paths) and REMOVED, the classifier's files that have no counterpart.
+TASKS_DIR = Path("_tasks")
 TORCH_INDEX = "https://download.pytorch.org/whl"
 
 
@@ -22,6 +25,21 @@ def keep_chosen_license(project_dir: Path, license_name: str) -> None:
     chosen = project_dir / LICENSES_DIR / f"{license_name}.txt"
     chosen.replace(project_dir / "LICENSE")
     shutil.rmtree(project_dir / LICENSES_DIR)
+
+
+def apply_task(project_dir: Path, task: str) -> None:
+    """Lay the chosen task's files over the classifier's, drop those it lists, and the folder."""
+    overlay = project_dir / TASKS_DIR / task
+    if overlay.is_dir():
+        removed = overlay / "REMOVED"
+        for name in removed.read_text(encoding="utf-8").split() if removed.is_file() else []:
+            (project_dir / name).unlink()
+        removed.unlink(missing_ok=True)
+        for source in sorted(path for path in overlay.rglob("*") if path.is_file()):
+            target = project_dir / source.relative_to(overlay)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source.replace(target)
+    shutil.rmtree(project_dir / TASKS_DIR)
 
 
 def next_steps(project_dir: Path, torch_build: str) -> str:
@@ -50,6 +68,7 @@ def next_steps(project_dir: Path, torch_build: str) -> str:
 def main() -> int:
     answers = json.loads(RENDERED_ANSWERS)
     project_dir = Path.cwd()
+    apply_task(project_dir, answers["task"])
     keep_chosen_license(project_dir, answers["license"])
     print(next_steps(project_dir, answers["torch_build"]))
     return 0

@@ -46,6 +46,12 @@ BAD_ANSWERS = [
     pytest.param(["email=you.example.com"], "'you.example.com'", "'@'", id="email-without-at"),
     # Cookiecutter itself refuses a value outside a choice list; checked so that stays true.
     pytest.param(["license=GPL"], "GPL", "'MIT', 'Apache-2.0', 'BSD-3-Clause', 'Proprietary'", id="license"),
+    pytest.param(
+        ["task=object_detection"],
+        "object_detection",
+        "'image_classification', 'tabular_regression'",
+        id="task",
+    ),
 ]
 
 

@@ -75,6 +75,7 @@ def assert_complete_project(project: Path, slug: str, package: str, python_versi
     ]
     assert license_files == [project / "LICENSE"]
     assert not (project / "licenses").exists()
+    assert not (project / "_tasks").exists()  # the other examples' files, laid over or dropped
 
     pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["project"]["name"] == slug
@@ -137,6 +138,24 @@ def test_custom_name_derives_folder_and_package_and_leaves_no_default_name_behin
     assert hard_coded == []
 
 
+def test_the_regression_task_puts_its_own_example_in_place_of_the_classifier(tmp_path):
+    project = render(tmp_path, task="tabular_regression")
+
+    assert_complete_project(project, "diabetes-regressor", "diabetes_regressor")
+    package = project / "src" / "diabetes_regressor"
+    for module, name in (("data", "DiabetesDataModule"), ("model", "Regressor"), ("network", "MLP")):
+        assert f"class {name}(" in (package / f"{module}.py").read_text(encoding="utf-8")
+    # The example's own files name nothing of the classifier; the kit's are the same in both.
+    own = [*package.glob("*.py"), *project.glob("configs/*.yaml"), *project.glob("tests/*.py")]
+    classifier = [
+        str(path) for path in own if re.search(r"ConvNet|Digits|Classifier|val/acc", path.read_text())
+    ]
+    assert classifier == []
+    assert "val/mse" in (project / "configs" / "default.yaml").read_text(encoding="utf-8")
+    assert "tabular regression" in (project / "README.md").read_text(encoding="utf-8")
+    assert not (project / "tests" / "test_slurm.py").exists()  # its nox session says why it skips
+
+
 @pytest.mark.parametrize("license_name", list(LICENSE_PHRASES))
 def test_only_the_chosen_license_is_kept_with_author_and_year(tmp_path, license_name):
     years_during_render = {str(datetime.now(timezone.utc).year)}
@@ -191,3 +210,16 @@ def test_the_projects_torch_builds_are_the_templates_choices(tmp_path):
     spec.loader.exec_module(module)
 
     assert list(module.BUILDS) == TORCH_BUILDS, "change kit/torch_build.py and cookiecutter.json together"
+
+
+def test_both_tasks_share_one_kit_and_its_tests(tmp_path):
+    """The kit and its tests are the same files whatever the example, so the kit session (its tests
+    on the project with the example's code deleted) speaks for both tasks."""
+    classifier = render(tmp_path / "classifier")
+    regression = render(tmp_path / "regression", task="tabular_regression", project_name="Digits Classifier")
+    for folder in ("src/digits_classifier/kit", "tests/kit"):
+        files = sorted(path.relative_to(classifier) for path in (classifier / folder).rglob("*.py"))
+        assert files and files == sorted(
+            path.relative_to(regression) for path in (regression / folder).rglob("*.py")
+        )
+        assert all((classifier / name).read_bytes() == (regression / name).read_bytes() for name in files)

@@ -78,7 +78,7 @@ def test_pre_commit_runs_ruff_and_the_hygiene_hooks_and_is_a_dev_dependency(tmp_
 VARIANTS = [
     {"license": "MIT", "python_version": "3.10"},
     {"license": "Apache-2.0", "python_version": "3.13", "project_name": "My Cool Project"},
-    {"license": "BSD-3-Clause", "python_version": "3.11"},
+    {"license": "BSD-3-Clause", "python_version": "3.11", "task": "tabular_regression"},
     {"license": "Proprietary", "python_version": "3.12"},
 ]
 

@@ -175,6 +175,8 @@ def ddp_cpu(session: nox.Session) -> None:
 @nox.session
 def slurm(session: nox.Session) -> None:
     """scripts/slurm.sbatch on a one-node SLURM cluster this session starts (as root; else skips)."""
+    if not Path("tests/test_slurm.py").is_file():
+        session.skip("no tests/test_slurm.py: the template tests the SLURM path on its classifier example")
     if not hasattr(os, "geteuid") or os.geteuid() != 0:  # checked first: nothing installed for a skip
         session.skip("needs root: the tests start SLURM's daemons (and install slurm-wlm, munge) as root")
     install(session, cpu_build(), ".[sweep,test]")

@@ -21,6 +21,7 @@ __all__ = [
     "extra",
     "main_py_environment",
     "main_py_process",
+    "main_py_started",
     "requires_gpus",
     "run_main",
     "tensorboard_scalars",
@@ -52,6 +53,20 @@ def main_py_process(cwd: Path, *args: str, timeout: float = 600) -> subprocess.C
         capture_output=True,
         text=True,
         timeout=timeout,
+    )
+
+
+def main_py_started(cwd: Path, *args: str) -> subprocess.Popen[str]:
+    """`python main.py ARGS` started in a process group of its own (a server: stop it with
+    `stop_server`), in `cwd`; its output piped."""
+    return subprocess.Popen(
+        [sys.executable, str(MAIN), *args],
+        cwd=cwd,
+        env=main_py_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 

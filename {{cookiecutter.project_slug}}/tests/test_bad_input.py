@@ -10,7 +10,6 @@ serve bodies are generated (hypothesis) rather than listed.
 import json
 import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from conftest import MAIN, PROJECT_ROOT, extra, main_py_environment, main_py_process
+from conftest import MAIN, PROJECT_ROOT, extra, main_py_environment, main_py_process, main_py_started
 from {{ cookiecutter.package_name }}.cli import cli_main
 from {{ cookiecutter.package_name }}.kit import doctor, sweep
 
@@ -304,22 +303,8 @@ CAP = 4096  # the server's --max_request_bytes in these tests
 def server(project: Path) -> Iterator[str]:
     extra("litserve", "serve")
     port = free_port()
-    command = [
-        sys.executable,
-        str(MAIN),
-        "serve",
-        "--ckpt_path=best",
-        f"--port={port}",
-        f"--max_request_bytes={CAP}",
-    ]
-    process = subprocess.Popen(
-        command,
-        cwd=project,
-        env=main_py_environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    process = main_py_started(
+        project, "serve", "--ckpt_path=best", f"--port={port}", f"--max_request_bytes={CAP}"
     )
     try:
         yield wait_until_serving(process, port)

@@ -76,4 +76,8 @@ def test_bf16_mixed_precision_trains_on_the_cpu(run_main, tmp_path):
     (run,) = (tmp_path / "logs" / "lightning_logs").glob("version_*")
     assert "precision: bf16-mixed" in (run / "config.yaml").read_text()
     scalars = tensorboard_scalars(run)
+{%- if cookiecutter.task == "tabular_regression" %}
+    assert scalars["val/r2"][-1] > 0.2, scalars["val/r2"]  # predicting the mean scores 0
+{%- else %}
     assert scalars["val/acc"][-1] > 0.8, scalars["val/acc"]  # ten classes: chance is 0.1
+{%- endif %}

@@ -5,9 +5,7 @@ export format and the served checkpoint; here one short training run is shared b
 
 import csv
 import json
-import os
 import runpy
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +14,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from conftest import MAIN, PROJECT_ROOT, extra
+from conftest import MAIN, extra, main_py_started
 from {{ cookiecutter.package_name }}.data import DigitsDataModule
 
 from kit_testing import free_port, post_json, stop_server, wait_until_serving
@@ -99,17 +97,7 @@ def test_predict_on_your_file_and_the_served_export_give_the_same_answers(workdi
 
     (exported,) = workdir.glob("logs/lightning_logs/version_0/export/best-*.onnx")
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
-    command = [sys.executable, str(MAIN), "serve", f"--exported={exported}", f"--port={port}", QUIET]
-    server = subprocess.Popen(
-        command,
-        cwd=workdir,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    server = main_py_started(workdir, "serve", f"--exported={exported}", f"--port={port}", QUIET)
     try:
         url = wait_until_serving(server, port)
         bodies = [{"input": image.tolist()} for image in images]

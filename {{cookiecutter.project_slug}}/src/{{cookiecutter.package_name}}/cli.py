@@ -1,3 +1,4 @@
+{%- set datamodule, model = ("DiabetesDataModule", "Regressor") if cookiecutter.task == "tabular_regression" else ("DigitsDataModule", "Classifier") -%}
 """The command line, `python main.py fit|validate|test|predict|export|serve`: the kit's LightningCLI.
 
 Every constructor argument of the model, its network, the DataModule and the Trainer is a flag
@@ -8,19 +9,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .data import DigitsDataModule
+from .data import {{ datamodule }}
 from .kit.cli import KitCLI, run
-from .model import Classifier
+from .model import {{ model }}
 
 # Read by `python main.py` and by `cli_main()` from Python alike, so both give the same run.
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
 
 
 class ProjectCLI(KitCLI):
-    """The kit's LightningCLI for `Classifier` on `DigitsDataModule`."""
+    """The kit's LightningCLI for `{{ model }}` on `{{ datamodule }}`."""
 
     def __init__(self, default_config_files: Sequence[Path] = (), **kwargs: Any) -> None:
-        super().__init__(Classifier, DigitsDataModule, default_config_files, **kwargs)
+        super().__init__({{ model }}, {{ datamodule }}, default_config_files, **kwargs)
 
 
 def cli_main(args: Sequence[str] | None = None) -> KitCLI:
