@@ -337,15 +337,18 @@ def stop_on_signals() -> list[int]:
     started it in the background (which ignores SIGINT). In this process the first signal becomes
     the KeyboardInterrupt on which LitServe shuts down; a second one, during that shutdown, waits
     for it. LitServe's HTTP server process, forked from this one, inherits the handler: uvicorn
-    re-raises the signal it handled once it has stopped, and the process then exits without a
-    traceback.
+    re-raises the signal it handled once it has stopped (or a second one arrives), and the process
+    then exits at once, without a traceback.
     """
     received: list[int] = []
     main_process = os.getpid()
 
     def stop(signum: int, frame: object) -> None:
-        if os.getpid() != main_process:
-            raise SystemExit(128 + signum)
+        if os.getpid() != main_process:  # uvicorn's process, stopped: exit now, whatever runs
+            # (a SystemExit raised inside its event loop would be logged as a traceback)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + signum)
         received.append(signum)
         if len(received) == 1:
             raise KeyboardInterrupt
