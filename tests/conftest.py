@@ -43,3 +43,30 @@ def render_cli(output_dir: Path, *args: str) -> subprocess.CompletedProcess[str]
     """Run the `cookiecutter` command a user types, with key=value answers; output is captured."""
     command = [str(COOKIECUTTER_CLI), "--no-input", "--output-dir", str(output_dir), str(TEMPLATE_ROOT)]
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def run(
+    *command: str | Path, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a command to its end; a failure shows the end of its output."""
+    result = subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def pip_install(project: Path, python_version: str) -> None:
+    """Editable install without dependencies: the test environment already has them."""
+    flags = ["--no-deps", "--quiet"]
+    if tuple(map(int, python_version.split("."))) > sys.version_info[:2]:
+        # The code is identical for every Python choice; only the declared minimum differs,
+        # and this machine's torch wheel exists for the running Python alone.
+        flags.append("--ignore-requires-python")
+    run(sys.executable, "-m", "pip", "install", *flags, "-e", project, cwd=project)

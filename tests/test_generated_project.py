@@ -1,13 +1,10 @@
 """A rendered project installs, passes its own tests, and its example really learns."""
 
-import os
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import render
+from conftest import pip_install, render, run
 
 # Every option value appears in at least one combination.
 VARIANTS = [
@@ -24,34 +21,9 @@ VARIANTS = [
         "torch_build": "cu130",
         "python_version": "3.13",
         "task": "tabular_regression",
+        "project_name": "Tabular Variant",  # not the default's name: tests/test_regression_example.py
     },
 ]
-
-
-def run(
-    *command: str | Path, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(part) for part in command],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert result.returncode == 0, f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
-
-
-def pip_install(project: Path, python_version: str) -> None:
-    """Editable install without dependencies: the test environment already has them."""
-    flags = ["--no-deps", "--quiet"]
-    if tuple(map(int, python_version.split("."))) > sys.version_info[:2]:
-        # The code is identical for every Python choice; only the declared minimum differs,
-        # and this machine's torch wheel exists for the running Python alone.
-        flags.append("--ignore-requires-python")
-    run(sys.executable, "-m", "pip", "install", *flags, "-e", project, cwd=project)
 
 
 # The tests an option can change: the torch build (doctor, GPU sessions), the package name
@@ -86,29 +58,3 @@ def test_default_example_reaches_97_percent_test_accuracy(tmp_path):
     result = run(sys.executable, "main.py", "test", "--ckpt_path=best", quiet, cwd=project)
     accuracy = float(re.search(r"test/acc\W+([0-9.]+)", result.stdout).group(1))
     assert accuracy >= 0.97, result.stdout
-
-
-# The regression example's own tests. The generic ones it shares with the classifier (Lightning's
-# documented command lines, presets, loader settings on resume) run on the default project in
-# the cpu session; the console check stays, since its warnings depend on the example.
-REGRESSION_TESTS = [
-    "tests/test_data.py",
-    "tests/test_model.py",
-    "tests/test_network.py",
-    "tests/test_example.py",
-    "tests/test_distributed.py",
-    "tests/test_quiet_console.py",
-]
-
-
-@pytest.mark.slow
-def test_regression_example_passes_its_own_tests_and_beats_a_linear_fit(tmp_path):
-    """The second example, rendered and installed like the first; its tests train it with the
-    defaults (test R² at least a linear fit's 0.45), predict, export, serve, sweep, resume after
-    SIGTERM and SIGKILL, and run DDP on the CPU. Every extra they use must be installed."""
-    project = render(tmp_path, task="tabular_regression")
-    pip_install(project, "3.11")
-    pytest_args = ["-q", "-p", "no:cacheprovider", "-m", "not gpu", "-n", "2", *REGRESSION_TESTS]
-    environment = {**os.environ, "KIT_TESTS_NEED_EXTRAS": "1"}
-    result = run(sys.executable, "-m", "pytest", *pytest_args, cwd=project, timeout=1200, env=environment)
-    assert " passed" in result.stdout and "failed" not in result.stdout and "skipped" not in result.stdout

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import render
-from test_generated_project import pip_install
+from conftest import pip_install, render
 
 PACKAGE = "swap_test"
 
