@@ -95,11 +95,7 @@ class DigitsDataModule(KitDataModule):
         (`NPZ_FORMAT`), unset: the digits; `predict_path`: images for `predict` (labels optional),
         unset: the test split. The other arguments: see `KitDataModule`."""
         super().__init__(batch_size, num_workers, pin_memory, seed)
-        for flag, fraction in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-            if not 0 < fraction < 1:
-                raise ValueError(f"--data.{flag} must lie between 0 and 1, e.g. 0.1; got {fraction}.")
-        if val_fraction + test_fraction >= 1:
-            raise ValueError("--data.val_fraction + --data.test_fraction must be below 1: data to train on.")
+        self.check_split_fractions(val_fraction, test_fraction)
         self.save_hyperparameters()
         # Read and checked here, not in `setup`: the model is built from the data's shape, and
         # bad data should stop the run before anything starts.

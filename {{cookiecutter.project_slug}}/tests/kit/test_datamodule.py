@@ -160,6 +160,11 @@ def test_the_data_checks_are_there_for_any_subclass():
         datamodule.checked_targets(np.array([0.5, np.inf]), "mine")
     with pytest.raises(DataError, match=r"mine: too few samples to split \(train 3, val 0\)"):
         datamodule.check_split_sizes({"train": 3, "val": 0}, "mine")
+    datamodule.check_split_fractions(0.1, 0.2)
+    with pytest.raises(ValueError, match=r"--data\.test_fraction must lie between 0 and 1"):
+        datamodule.check_split_fractions(0.1, 1.0)
+    with pytest.raises(ValueError, match=r"--data\.val_fraction \+ --data\.test_fraction must be below 1"):
+        datamodule.check_split_fractions(0.5, 0.5)
 
 
 class SeenSamples(L.Callback):

@@ -93,6 +93,15 @@ def checked_targets(targets: np.ndarray, source: str, what: str = "target") -> t
     return torch.as_tensor(targets, dtype=torch.float32)
 
 
+def check_split_fractions(val_fraction: float, test_fraction: float) -> None:
+    """The shares held out for validation and test: each in (0, 1), leaving data to train on."""
+    for flag, fraction in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0 < fraction < 1:
+            raise ValueError(f"--data.{flag} must lie between 0 and 1, e.g. 0.1; got {fraction}.")
+    if val_fraction + test_fraction >= 1:
+        raise ValueError("--data.val_fraction + --data.test_fraction must be below 1: data to train on.")
+
+
 def check_split_sizes(sizes: Mapping[str, int], source: str) -> None:
     """Every split needs a sample, or fit has nothing to validate (and no best checkpoint)."""
     empty = [name for name, size in sizes.items() if size == 0]

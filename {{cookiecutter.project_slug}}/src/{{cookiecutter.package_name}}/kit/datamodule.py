@@ -45,6 +45,7 @@ class KitDataModule(L.LightningDataModule):
     checked_images = staticmethod(data_checks.checked_images)
     checked_class_labels = staticmethod(data_checks.checked_labels)
     checked_targets = staticmethod(data_checks.checked_targets)
+    check_split_fractions = staticmethod(data_checks.check_split_fractions)
     check_split_sizes = staticmethod(data_checks.check_split_sizes)
 
     def __init__(

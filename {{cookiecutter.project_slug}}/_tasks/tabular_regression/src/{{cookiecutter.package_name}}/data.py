@@ -96,15 +96,9 @@ class DiabetesDataModule(KitDataModule):
         `predict_path`: a .csv of the same feature columns for `predict` (the target column
         optional), unset: the test split. The other arguments: see `KitDataModule`."""
         super().__init__(batch_size, num_workers, pin_memory, seed)
-        for flag, fraction in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-            if not 0 < fraction < 1:
-                raise ValueError(f"--data.{flag} must lie between 0 and 1, e.g. 0.15; got {fraction}.")
-        if val_fraction + test_fraction >= 1:
-            raise ValueError("--data.val_fraction + --data.test_fraction must be below 1: data to train on.")
+        self.check_split_fractions(val_fraction, test_fraction)
         if data_path is None and target_column != "target":
-            raise ValueError(
-                "--data.target_column names the target of a --data.data_path file: pass one too."
-            )
+            raise ValueError("--data.target_column names the target of a --data.data_path file; pass one.")
         self.save_hyperparameters()
         # Read and checked here, not in `setup`: the model is built from the number of features,
         # and bad data should stop the run before anything starts.
@@ -116,9 +110,8 @@ class DiabetesDataModule(KitDataModule):
         self.targets = self.checked_targets(targets, source)
         self.num_features = self.features.shape[1]
         self.splits = random_split(len(self.targets), val_fraction, test_fraction, seed)
-        self.check_split_sizes(
-            dict(zip(("train", "val", "test"), map(len, self.splits), strict=True)), source
-        )
+        sizes = dict(zip(("train", "val", "test"), map(len, self.splits), strict=True))
+        self.check_split_sizes(sizes, source)
         if predict_path is not None:  # checked now, before any training
             self.predict_set = self.predict_rows(predict_path, target_column)
 
@@ -129,9 +122,8 @@ class DiabetesDataModule(KitDataModule):
         if missing:
             raise ValueError(f"predict file {path} lacks the feature column(s) {', '.join(missing)}")
         source = f"predict file {path}"
-        features = self.checked_targets(
-            values[:, [columns.index(name) for name in self.feature_names]], source, "feature"
-        )
+        in_training_order = values[:, [columns.index(name) for name in self.feature_names]]
+        features = self.checked_targets(in_training_order, source, "feature")
         if target_column not in columns:
             return TensorDataset(features)
         return TensorDataset(features, self.checked_targets(values[:, columns.index(target_column)], source))
@@ -139,8 +131,7 @@ class DiabetesDataModule(KitDataModule):
     def standardization(self) -> dict[str, Tensor]:
         """Mean and standard deviation of the training split's features and target: what the
         model subtracts and divides by, so the network sees numbers near 0 whatever their units."""
-        train = self.splits[0]
-        features, targets = self.features[train], self.targets[train]
+        features, targets = self.features[self.splits[0]], self.targets[self.splits[0]]
         return {
             "feature_mean": features.mean(dim=0),
             "feature_std": features.std(dim=0).clamp_min(1e-6),  # a constant column stays finite

@@ -26,7 +26,6 @@ class Regressor(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()  # from the CLI: the network's class_path and settings
         self.network = network
-        self.loss_fn = nn.MSELoss()
         self.register_buffer("feature_mean", torch.zeros(num_features))
         self.register_buffer("feature_std", torch.ones(num_features))
         self.register_buffer("target_mean", torch.tensor(0.0))
@@ -56,7 +55,7 @@ class Regressor(L.LightningModule):
         """MSE on the standardised scale: the same learning rate suits any target's units."""
         features, targets = batch
         standardized_targets = (targets - self.target_mean) / self.target_std
-        return self.loss_fn(self._standardized_forward(features), standardized_targets)
+        return nn.functional.mse_loss(self._standardized_forward(features), standardized_targets)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         loss = self.loss(batch)
