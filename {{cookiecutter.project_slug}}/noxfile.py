@@ -31,6 +31,10 @@ PACKAGE = "{{ cookiecutter.package_name }}"
 nox.options.sessions = ["lint", "typecheck", "cpu", "kit", "ddp_cpu", "slurm", "gpu", "ddp"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "uv|virtualenv"  # uv where installed: installs in seconds
+# uv leaves installed modules uncompiled, where pip compiles them: where Python may not write
+# bytecode (PYTHONDONTWRITEBYTECODE, as on CI machines) every process the tests start then
+# compiles torch and Lightning again, and the sessions took twice as long.
+os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 
 
 def _load_torch_build():
