@@ -83,7 +83,7 @@ def typecheck(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The template's tests: prompts, hooks, every option, and the example really learns."""
     # A rendered project must pass its own lint (test_team_files runs ruff).
-    session.install("pytest", "pytest-xdist>=3.8", "ruff", *TEMPLATE_TOOLS)  # 3.8: --no-loadscope-reorder
+    session.install("pytest", "ruff", *TEMPLATE_TOOLS)
     project = render(session)
     builds = torch_build(project)
     version = os.environ.get("TORCH_VERSION", builds.TESTED_TORCH_VERSION)
@@ -94,12 +94,11 @@ def tests(session: nox.Session) -> None:
     session.install("-e", f"{project}[sweep,export,serve,test]")
     # The tests install rendered projects with `python -m pip`, which a uv-made venv lacks.
     session.install("pip")
-    # Test files side by side (pytest-xdist), each whole on one
+    # Test files side by side (pytest-xdist, from the project's test extra), each whole on one
     # worker: a file's rendered projects are installed into this one environment in turn. One
     # torch thread per process, as in the project's own sessions (its noxfile says why).
     session.env["OMP_NUM_THREADS"] = "1"
-    # The longest files start first (tests/conftest.py orders them).
-    side_by_side = ("--numprocesses=auto", "--maxprocesses=4", "--dist=loadfile", "--no-loadscope-reorder")
+    side_by_side = ("--numprocesses=auto", "--maxprocesses=4", "--dist=loadfile")
     session.run("pytest", *side_by_side, "tests", *session.posargs)
 
 

@@ -31,20 +31,6 @@ def isolated_cookiecutter_config(tmp_path_factory: pytest.TempPathFactory) -> It
         yield
 
 
-# The files that take longest, run first. The tests session gives each file whole to one worker
-# (--dist=loadfile) in collection order (--no-loadscope-reorder): by default xdist orders files
-# by their number of tests, and the one-test regression example, the longest, started last.
-LONGEST_FIRST = ("test_regression_example.py", "test_generated_project.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=rank)  # stable: the other files keep their order
-
-
 def render(output_dir: Path, **context: str) -> Path:
     """Render the template without prompts into output_dir and return the generated project folder."""
     project = cookiecutter(
