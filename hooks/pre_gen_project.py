@@ -108,6 +108,10 @@ def check_project_slug(slug: str) -> str | None:
     )
 
 
+# The generated tests name the package inside lines that must fit ruff's 110 characters.
+MAX_PACKAGE_NAME = 36
+
+
 def check_package_name(name: str) -> str | None:
     """The package is what users `import`, so it must be an importable, unshadowed PEP 8 name."""
     if not (name.isidentifier() and name.isascii()):
@@ -131,6 +135,12 @@ def check_package_name(name: str) -> str | None:
         return (
             f"package_name {name!r} would shadow the standard-library module {name!r}:"
             f" use another name, e.g. 'my_{name}'"
+        )
+    if len(name) > MAX_PACKAGE_NAME:
+        shorter = name[:MAX_PACKAGE_NAME].rstrip("_")
+        return (
+            f"package_name {name!r} has {len(name)} characters, more than the {MAX_PACKAGE_NAME} the"
+            f" generated code keeps within its line length: use a shorter one, e.g. {shorter!r}"
         )
     return None
 

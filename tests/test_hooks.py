@@ -30,6 +30,7 @@ BAD_ANSWERS = [
     pytest.param(["package_name=2fast"], "'2fast'", "not starting with a digit", id="package-leading-digit"),
     pytest.param(["package_name=class"], "'class'", "keyword", id="package-keyword"),
     pytest.param(["package_name=MyPkg"], "'MyPkg'", "'mypkg'", id="package-uppercase"),
+    pytest.param(["package_name=" + "a" * 37], "37 characters", "use a shorter one", id="package-too-long"),
     pytest.param(["package_name=torch"], "'torch'", "use another name", id="package-shadows-torch"),
     pytest.param(
         ["package_name=lightning"], "'lightning'", "use another name", id="package-shadows-lightning"

@@ -10,4 +10,5 @@ Also `python main.py doctor` (this machine's torch and GPUs) and `python main.py
 if __name__ == "__main__":  # required: spawn-based DDP launchers re-import this file
     from {{ cookiecutter.package_name }}.kit.entry import main
 
-    main("{{ cookiecutter.package_name }}.cli")  # your cli.py, after the kit's start-up steps (kit/entry.py)
+    # Your cli.py, run after the kit's start-up steps (kit/entry.py says which, and why first).
+    main("{{ cookiecutter.package_name }}.cli")

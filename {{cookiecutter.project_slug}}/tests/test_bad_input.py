@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from conftest import MAIN, PROJECT_ROOT, extra, main_py_environment, main_py_process, main_py_started
 from {{ cookiecutter.package_name }}.cli import cli_main
 from {{ cookiecutter.package_name }}.kit import doctor, sweep
 
+from conftest import MAIN, PROJECT_ROOT, extra, main_py_environment, main_py_process, main_py_started
 from kit_testing import free_port, post_json, stop_server, wait_until_serving
 
 SPACE = PROJECT_ROOT / "configs" / "sweep.yaml"

@@ -19,8 +19,9 @@ import lightning as L
 import pytest
 import torch
 
-from conftest import MAIN, PROJECT_ROOT, main_py_environment, requires_gpus, tensorboard_scalars
 from {{ cookiecutter.package_name }}.data import DigitsDataModule
+
+from conftest import MAIN, PROJECT_ROOT, main_py_environment, requires_gpus, tensorboard_scalars
 
 EPOCHS = 2
 SHORT = (

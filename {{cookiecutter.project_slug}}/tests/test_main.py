@@ -10,8 +10,9 @@ import sys
 import pytest
 import yaml
 
-from conftest import MAIN, PROJECT_ROOT, tensorboard_scalars
 from {{ cookiecutter.package_name }}.kit import torch_build
+
+from conftest import MAIN, PROJECT_ROOT, tensorboard_scalars
 
 
 def test_main_py_doctor_reports_on_this_machine(run_main, capsys):

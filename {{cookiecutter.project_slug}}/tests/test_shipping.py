@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from conftest import MAIN, extra, main_py_started
 from {{ cookiecutter.package_name }}.data import DigitsDataModule
 
+from conftest import MAIN, extra, main_py_started
 from kit_testing import free_port, post_json, stop_server, wait_until_serving
 
 extra("onnxruntime", "export")

@@ -8,7 +8,11 @@ import pytest
 import torch
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from {{ cookiecutter.package_name }}.kit.internals import end_other_ranks, logging_switched_off, trial_to_report_to
+from {{ cookiecutter.package_name }}.kit.internals import (
+    end_other_ranks,
+    logging_switched_off,
+    trial_to_report_to,
+)
 
 from kit_fixtures import FEATURES, TinyModel
 from kit_testing import extra

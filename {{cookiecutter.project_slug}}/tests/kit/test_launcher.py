@@ -5,7 +5,12 @@ from typing import Any
 
 import pytest
 
-from {{ cookiecutter.package_name }}.kit.launcher import Launch, LaunchMismatchError, device_count, match_launch
+from {{ cookiecutter.package_name }}.kit.launcher import (
+    Launch,
+    LaunchMismatchError,
+    device_count,
+    match_launch,
+)
 
 from kit_testing import run_fixtures_here
 

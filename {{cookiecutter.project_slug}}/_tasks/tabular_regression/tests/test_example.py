@@ -16,9 +16,9 @@ import torch
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import PROJECT_ROOT, extra, main_py_process, main_py_started, tensorboard_scalars
 from {{ cookiecutter.package_name }}.data import DiabetesDataModule
 
+from conftest import PROJECT_ROOT, extra, main_py_process, main_py_started, tensorboard_scalars
 from kit_testing import free_port, post_json, stop_server, wait_until_serving
 
 QUIET = ("--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false")

@@ -5,7 +5,7 @@
 3. `sweep` runs an Optuna study whose trials are `fit` runs of the same main.py;
 4. anything else is your CLI (`cli_main` in your cli.py), run so that a DDP rank exits with its
    run's own code, never by the abort a gloo group can cause (process_exit.py).
-Free of imports at module level, so that step 2 holds.
+Only the standard library is imported at module level, so that step 2 holds.
 """
 
 import importlib
