@@ -13,7 +13,7 @@ Batch = tuple[Tensor, Tensor]
 
 
 class Classifier(L.LightningModule):
-    """Trains `network` with cross-entropy; logs loss and accuracy for train, val and test.
+    """Trains `network` with cross-entropy; logs accuracy (train) and loss and accuracy (val, test).
 
     The network is injected (`model.network.class_path` in the config), so another architecture
     is a new class and two YAML lines; the optimizer and LR scheduler are settings too
@@ -51,8 +51,7 @@ class Classifier(L.LightningModule):
         logits = self(images)
         loss = self.loss_fn(logits, targets)
         self.train_acc.update(logits, targets)
-        self.log("train/loss", loss, prog_bar=True)  # Lightning writes it every log_every_n_steps
-        return loss
+        return loss  # logged as train/loss by the kit's LogTrainingLoss (configs/default.yaml)
 
     def on_train_epoch_end(self) -> None:
         self.log("train/acc", self.train_acc)  # a metric object: computed over the epoch and ranks

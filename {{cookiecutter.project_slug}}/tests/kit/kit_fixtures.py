@@ -151,9 +151,7 @@ class TinyModel(L.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         inputs, target = self.inputs_and_target(batch)
-        loss = self.loss(self(**inputs), target)
-        self.log("train/loss", loss)
-        return loss
+        return self.loss(self(**inputs), target)  # logged by the kit's LogTrainingLoss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         inputs, target = self.inputs_and_target(batch)

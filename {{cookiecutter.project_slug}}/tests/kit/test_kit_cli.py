@@ -27,7 +27,13 @@ class BuildOnlyCLI(FixtureCLI):
     validate = test = predict = fit
 
 
-KIT_ALWAYS = {"ExactResume", "GracefulInterrupt", "StopOnNonFiniteLoss", "PredictionWriter"}
+KIT_ALWAYS = {
+    "ExactResume",
+    "GracefulInterrupt",
+    "StopOnNonFiniteLoss",
+    "LogTrainingLoss",
+    "PredictionWriter",
+}
 CHECKPOINTS = {"BestCheckpoint", "LastCheckpoint"}
 
 

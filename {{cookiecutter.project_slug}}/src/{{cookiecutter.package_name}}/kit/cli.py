@@ -30,6 +30,7 @@ from .callbacks import (
     ExactResume,
     GracefulInterrupt,
     LastCheckpoint,
+    LogTrainingLoss,
     NonFiniteLossError,
     PredictionWriter,
     StopOnNonFiniteLoss,
@@ -55,10 +56,10 @@ EXIT_STOPPED = 143
 # Write errors a user fixes by freeing space or choosing another folder.
 FULL = (errno.ENOSPC, errno.EDQUOT)
 UNWRITABLE = (*FULL, errno.EROFS, errno.EACCES, errno.ENOTDIR, errno.EISDIR, errno.EEXIST)
-# Always on, and idle where they have nothing to do (the first three act in fit only, the writer
+# Always on, and idle where they have nothing to do (the first four act in fit only, the writer
 # in predict only): exact resume, clean stops on Ctrl-C/SIGTERM, a clear stop on a NaN loss,
-# predictions.csv.
-KIT_CALLBACKS = (ExactResume, GracefulInterrupt, StopOnNonFiniteLoss, PredictionWriter)
+# train/loss in the logger and the bar, predictions.csv.
+KIT_CALLBACKS = (ExactResume, GracefulInterrupt, StopOnNonFiniteLoss, LogTrainingLoss, PredictionWriter)
 EPILOG = "Check this machine's torch, GPUs and driver: python main.py doctor"
 
 
