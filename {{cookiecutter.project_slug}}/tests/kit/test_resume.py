@@ -142,8 +142,10 @@ def test_a_signal_from_outside_at_any_moment_resumes_to_the_same_weights(tmp_pat
 
 
 @pytest.mark.slow
-def test_non_finite_loss_stops_naming_the_step_and_keeps_good_weights(tmp_path):
-    result = run_fit(tmp_path, "--trainer.callbacks+=faults.NaNBatchAt", "--trainer.callbacks.step=17")
+@pytest.mark.parametrize("accumulate", [1, 2])  # 2: the NaN comes in both batches of step 17
+def test_non_finite_loss_stops_naming_the_step_and_keeps_good_weights(tmp_path, accumulate):
+    nan_at_17 = ("--trainer.callbacks+=faults.NaNBatchAt", "--trainer.callbacks.step=17")
+    result = run_fit(tmp_path, *nan_at_17, f"--trainer.accumulate_grad_batches={accumulate}")
     assert result.returncode == 1, result.stdout
     message = [line for line in result.stdout.splitlines() if line.startswith("error:")][-1]
     assert "the training loss is nan at step 17" in message and "gradient_clip_val" in message, message

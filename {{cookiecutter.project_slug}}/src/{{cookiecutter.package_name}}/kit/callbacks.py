@@ -73,6 +73,10 @@ class BestCheckpoint(ModelCheckpoint):
             auto_insert_metric_name=False,
         )
 
+    def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing: this one saves after validation only, where ModelCheckpoint would check its
+        step and time triggers (none here) at every training step."""
+
 
 class LearningRateMonitor(callbacks.LearningRateMonitor):
     """Lightning's LearningRateMonitor, which also works with `--trainer.logger=false`.
@@ -537,36 +541,67 @@ class NonFiniteLossError(RuntimeError):
 class StopOnNonFiniteLoss(Callback):
     """Stops training at the first NaN or infinite loss, before it reaches the weights.
 
-    It checks before the backward pass, so the weights (and the `last.ckpt` saved on the way
-    out) are those of the last good step. The forward pass of the bad batch has already moved
-    the buffers (BatchNorm's running statistics), so they are copied at each step's start and
-    put back. Under DDP the ranks agree, so none is left waiting.
+    The loss is checked after the backward pass, before the optimizer step, so the weights and
+    the optimizer's state (and the `last.ckpt` saved on the way out) are those of the last good
+    step. On a GPU the loss's verdict is copied to the CPU as soon as the forward pass has
+    computed it and read only before the step: the backward pass stays queued meanwhile, so the
+    check does not leave the GPU idle. The forward pass of a bad batch has already moved the
+    buffers (BatchNorm's running statistics), so they are copied where each optimizer step's
+    batches start (the first of them, with gradient accumulation) and put back. Under DDP the
+    ranks agree, so none is left waiting.
     """
 
     def __init__(self) -> None:
         self._buffers: list[Tensor] = []
         self._saved_buffers: list[Tensor] = []
+        # One per backward pass since the last optimizer step: (loss, verdict, when it is ready).
+        self._pending: list[tuple[Tensor, Tensor, torch.Event | None]] = []
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Found once: walking the modules at every step would cost more than the copies.
         self._buffers = [buffer for buffer in pl_module.buffers() if buffer.is_floating_point()]
         self._saved_buffers = [buffer.detach().clone() for buffer in self._buffers]
+        self._pending = []
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        with torch.no_grad():
-            for saved, buffer in zip(self._saved_buffers, self._buffers, strict=True):
-                saved.copy_(buffer)
+        if self._pending:  # accumulating into the same step: keep the buffers saved before it
+            return
+        for saved, buffer in zip(self._saved_buffers, self._buffers, strict=True):
+            saved.copy_(buffer)  # buffers take no part in autograd: no torch.no_grad() needed
 
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
-        bad = not bool(torch.isfinite(loss).all())
-        if trainer.strategy.reduce_boolean_decision(bad, all=False):
-            with torch.no_grad():
-                for saved, buffer in zip(self._saved_buffers, self._buffers, strict=True):
-                    buffer.copy_(saved)
-            kept = any(isinstance(callback, LastCheckpoint) for callback in trainer.callbacks)
-            raise NonFiniteLossError(
-                f"the training loss is {loss.item()} at step {trainer.global_step} "
-                f"(epoch {trainer.current_epoch}); training stopped before it changed the weights"
-                f"{', and last.ckpt holds the last good state' if kept else ''}. Try a lower learning "
-                "rate, gradient clipping (--trainer.gradient_clip_val=1.0), or check the data."
-            )
+        loss = loss.detach()
+        finite = torch.isfinite(loss).all()
+        if finite.device.type == "cpu":
+            self._pending.append((loss, finite, None))
+            return
+        ready = torch.Event(finite.device)  # copied without waiting; the event marks its landing
+        finite = finite.to("cpu", non_blocking=True)
+        ready.record()
+        self._pending.append((loss, finite, ready))
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        pending, self._pending = self._pending, []
+        bad_losses = []
+        for loss, finite, ready in pending:
+            if ready is not None:
+                ready.synchronize()
+            if not finite.item():
+                bad_losses.append(loss)
+        bad = bool(bad_losses)
+        if trainer.world_size > 1:
+            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+        if not bad:
+            return
+        for saved, buffer in zip(self._saved_buffers, self._buffers, strict=True):
+            buffer.copy_(saved)
+        kept = any(isinstance(callback, LastCheckpoint) for callback in trainer.callbacks)
+        value = f"{bad_losses[0].item()}" if bad_losses else "not finite on another rank"
+        raise NonFiniteLossError(
+            f"the training loss is {value} at step {trainer.global_step} "
+            f"(epoch {trainer.current_epoch}); training stopped before it changed the weights"
+            f"{', and last.ckpt holds the last good state' if kept else ''}. Try a lower learning "
+            "rate, gradient clipping (--trainer.gradient_clip_val=1.0), or check the data."
+        )
