@@ -14,7 +14,7 @@ from pathlib import Path
 from .project import check_project, render_project
 from .report import machine, save, table
 
-MEASUREMENTS = ("throughput", "costs", "startup", "accuracy", "suite", "shipping")
+MEASUREMENTS = ("throughput", "costs", "startup", "accuracy", "suite", "shipping", "loading")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -37,6 +37,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--threads",
         type=int,
         help="torch threads in every run: 1 steadies figures on a busy machine (default: torch's)",
+    )
+    parser.add_argument(
+        "--precision",
+        help="--trainer.precision for throughput and costs, the plain loop alike (e.g. bf16-mixed, "
+        "16-mixed on a GPU; default: the project's config)",
     )
     parser.add_argument(
         "--results", type=Path, default=RESULTS_DIR, help="folder for the JSON (default: %(default)s)"
@@ -65,7 +70,8 @@ def measure(project: Path, args: argparse.Namespace) -> dict:
             if args.threads:
                 torch.set_num_threads(args.threads)
             figures["machine"]["torch_threads"] = torch.get_num_threads()
-            figures[name] = module.measure(project, args.rounds, log)
+            figures["machine"]["precision"] = args.precision or "the project's config"
+            figures[name] = module.measure(project, args.rounds, log, args.precision)
         elif name == "startup":
             figures[name] = module.measure(project, args.repeats, log)
         else:

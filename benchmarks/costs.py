@@ -20,8 +20,13 @@ LABELS = {
 }
 
 
-def measure(project: Path, rounds: int = 3, log: Callable[[str], None] = print) -> dict:
-    return {workload.name: measure_workload(project, workload, rounds, log, RUNS) for workload in WORKLOADS}
+def measure(
+    project: Path, rounds: int = 3, log: Callable[[str], None] = print, precision: str | None = None
+) -> dict:
+    return {
+        workload.name: measure_workload(project, workload, rounds, log, RUNS, precision)
+        for workload in WORKLOADS
+    }
 
 
 HEADER = [

@@ -1,7 +1,10 @@
-"""Start-up: `main.py --help` and a one-batch `fit` against the floor, `python -c "import lightning"`.
+"""Start-up: `main.py --help` and a one-batch `fit` against the floor, `python -c "import lightning"`,
+and `fit`'s time to its first training step.
 
 Each command is a fresh process (wall time, median of `repeats`, commands interleaved). When
 `--help` costs clearly more than the floor, `python -X importtime` names what it imports beyond it.
+The first step's time runs from the process's start to the first training batch's start, the
+default config's sanity validation included (`FirstStepClock` prints the moment).
 """
 
 import statistics
@@ -12,9 +15,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import lightning as L
+
 from .project import project_env
 
 HELP_TARGET = 1.2  # --help within 20% of importing Lightning
+TEMPLATE_DIR = Path(__file__).resolve().parents[1]
+CLOCK_MARK = "first training step at "
+
+
+class FirstStepClock(L.Callback):
+    """Prints the wall clock when the first training batch starts (added with `--trainer.callbacks+=`)."""
+
+    def on_train_batch_start(self, *args: object) -> None:
+        print(f"{CLOCK_MARK}{time.time()}", flush=True)
 
 
 def commands(project: Path) -> dict[str, list[str]]:
@@ -23,16 +37,27 @@ def commands(project: Path) -> dict[str, list[str]]:
         "import_lightning": [sys.executable, "-c", "import lightning"],
         "help": [sys.executable, main, "--help"],
         "fast_dev_run": [sys.executable, main, "fit", "--trainer.fast_dev_run=true"],
+        "first_step": [
+            sys.executable,
+            main,
+            "fit",
+            "--trainer.max_steps=1",
+            f"--trainer.callbacks+={FirstStepClock.__module__}.FirstStepClock",
+        ],
     }
 
 
 def wall_time(command: list[str], project: Path, cwd: Path) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, env=project_env(project), capture_output=True, text=True)
+    """Seconds the command took; for one that prints `CLOCK_MARK`, seconds until it did."""
+    env = project_env(project)
+    env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{TEMPLATE_DIR}"  # FirstStepClock's module
+    started, started_at = time.perf_counter(), time.time()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return elapsed
+    marks = [line for line in done.stdout.splitlines() if line.startswith(CLOCK_MARK)]
+    return float(marks[0].removeprefix(CLOCK_MARK)) - started_at if marks else elapsed
 
 
 def import_times(command: list[str], project: Path, cwd: Path) -> dict[str, float]:
@@ -72,7 +97,7 @@ def measure(project: Path, repeats: int = 3, log: Callable[[str], None] = print)
                 times[name].append(wall_time(command, project, Path(tmp)))
         result: dict = {name: {"s": statistics.median(values)} for name, values in times.items()}
         floor = result["import_lightning"]["s"]
-        for name in ("help", "fast_dev_run"):
+        for name in ("help", "fast_dev_run", "first_step"):
             result[name]["ratio"] = result[name]["s"] / floor
         if result["help"]["ratio"] > HELP_TARGET:
             result["help"]["imports_beyond_floor_s"] = imports_beyond_floor(project, Path(tmp))

@@ -58,6 +58,7 @@ FEATURES = {
     "without_nan_stop": Feature("NaN stop", callbacks=("StopOnNonFiniteLoss",)),
     "without_exact_resume": Feature("exact resume", callbacks=("ExactResume",)),
     "without_graceful_stop": Feature("graceful interrupt", callbacks=("GracefulInterrupt",)),
+    "without_loss_logging": Feature("train/loss logging", callbacks=("LogTrainingLoss",)),
     "without_lr_monitor": Feature("LR monitor", callbacks=("LearningRateMonitor",)),
     "without_pictures": Feature("validation pictures", callbacks=("ValidationImages",)),
     "without_best_ckpt": Feature("best checkpoint", callbacks=("BestCheckpoint",)),
@@ -117,30 +118,44 @@ class PlainLoop:
         train: tuple[torch.Tensor, torch.Tensor],
         val: tuple[torch.Tensor, torch.Tensor],
         batch_size: int,
+        precision: str = "32-true",
     ) -> None:
         self.network, self.optimizer, self.batch_size = network, optimizer, batch_size
-        self.train, self.val = train, val
+        device = next(network.parameters()).device  # the Lightning run's device: its data goes there too
+        # Mixed precision as Lightning does it: autocast, and for float16 a gradient scaler.
+        mixed = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+        self.autocast = functools.partial(torch.autocast, device.type, dtype=mixed, enabled=mixed is not None)
+        self.scaler = torch.amp.GradScaler(device.type) if precision == "16-mixed" else None
+        self.train = tuple(tensor.to(device) for tensor in train)
+        self.val = tuple(tensor.to(device) for tensor in val)
         self.loss_fn = nn.CrossEntropyLoss()
-        self.order = torch.randperm(len(train[0]))
+        self.order = torch.randperm(len(train[0]), device=device)
         self.position = 0
 
     def step(self) -> None:
         """One training step on the next batch of a shuffled epoch (reshuffled when used up)."""
         if self.position >= len(self.order):
-            self.order, self.position = torch.randperm(len(self.order)), 0
+            self.order, self.position = torch.randperm(len(self.order), device=self.order.device), 0
         batch = self.order[self.position : self.position + self.batch_size]
         self.position += self.batch_size
         images, labels = self.train
         self.network.train()
         self.optimizer.zero_grad()
-        self.loss_fn(self.network(images[batch]), labels[batch]).backward()
-        self.optimizer.step()
+        with self.autocast():
+            loss = self.loss_fn(self.network(images[batch]), labels[batch])
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
 
     def validate(self) -> None:
         """A validation pass: loss and accuracy over the validation set."""
         images, labels = self.val
         self.network.eval()
-        with torch.no_grad():
+        with torch.no_grad(), self.autocast():
             correct, loss = 0, 0.0
             for start in range(0, len(images), self.batch_size):
                 logits = self.network(images[start : start + self.batch_size])
@@ -186,15 +201,25 @@ class InterleavedTimer(L.Callback):
         self._epoch_done()
 
     def _run_plain(self, work: Callable[[], None]) -> None:
-        """Stop Lightning's clock, time `work` on the plain side, restart Lightning's clock."""
+        """Stop Lightning's clock, time `work` on the plain side, restart Lightning's clock.
+
+        On a GPU each side's queued work is waited for before its clock stops, so that neither is
+        charged with the other's: a sync per step that both sides pay.
+        """
         if self._clock is None:
             return
+        self._finish_gpu_work()
         self._sums["lightning"] = add(self._sums["lightning"], since(self._clock))
         started = now()
         with torch.enable_grad():
             work()
+        self._finish_gpu_work()
         self._sums["plain"] = add(self._sums["plain"], since(started))
         self._clock = now()
+
+    def _finish_gpu_work(self) -> None:
+        if self.plain_loop.train[0].is_cuda:
+            torch.cuda.synchronize()
 
     def _training_done(self) -> None:
         if not self._training:  # e.g. the sanity check's validation, before training starts
@@ -292,8 +317,11 @@ def optimizer_factory(cli: Any) -> Callable[..., torch.optim.Optimizer]:
     )
 
 
-def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTimer, int]:
-    """One Lightning run of `workload` with the plain loop in lockstep; and its steps per epoch."""
+def time_run(
+    project: Path, workload: Workload, run: str, precision: str | None = None
+) -> tuple[InterleavedTimer, int]:
+    """One Lightning run of `workload` with the plain loop in lockstep; and its steps per epoch.
+    `precision`: `--trainer.precision` for every side (default: the project's config)."""
     base = import_module(project, "data").DigitsDataModule
     datamodule = base() if workload.samples is None else synthetic_datamodule(base, workload.samples)
     timer: InterleavedTimer | None = None
@@ -302,11 +330,15 @@ def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTi
     def train(cli: Any) -> None:
         nonlocal timer, steps
         datamodule.setup("fit")
-        network = copy.deepcopy(cli.model.network)  # the project's ConvNet, as configured
+        device = cli.trainer.strategy.root_device  # the CPU, or the GPU Lightning will train on
+        network = copy.deepcopy(cli.model.network).to(device)  # the project's ConvNet, as configured
         make_optimizer = optimizer_factory(cli)
         optimizer = make_optimizer(network.parameters())  # and its optimizer
         train_set, val_set = datamodule.train_set.tensors, datamodule.val_set.tensors
-        timer = InterleavedTimer(PlainLoop(network, optimizer, train_set, val_set, datamodule.batch_size))
+        plain = PlainLoop(
+            network, optimizer, train_set, val_set, datamodule.batch_size, cli.trainer.precision
+        )
+        timer = InterleavedTimer(plain)
         if run == "lightning_floor":
             trainer = L.Trainer(
                 max_epochs=workload.epochs,
@@ -315,6 +347,7 @@ def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTi
                 enable_progress_bar=False,
                 enable_model_summary=False,
                 callbacks=[timer],
+                precision=cli.trainer.precision,
             )
             trainer.fit(FloorModule(cli.model.network, make_optimizer), datamodule)
         else:
@@ -328,6 +361,8 @@ def time_run(project: Path, workload: Workload, run: str) -> tuple[InterleavedTi
         steps = trainer.num_training_batches
 
     flags = [f"--trainer.max_epochs={workload.epochs}", *RUN_FLAGS.get(run, [])]
+    if precision:
+        flags.append(f"--trainer.precision={precision}")
     run_cli(project, flags, train)
     assert timer is not None
     return timer, steps
@@ -339,6 +374,7 @@ def measure_workload(
     rounds: int,
     log: Callable[[str], None],
     lightning_runs: tuple[str, ...] = LIGHTNING_RUNS,
+    precision: str | None = None,
 ) -> dict:
     """Median wall and CPU ms per epoch of each run, and its ratios to the plain loop run in lockstep;
     `*_spread`: how far apart the rounds' own median ratios lie (max - min)."""
@@ -352,7 +388,7 @@ def measure_workload(
         shift = round_index % len(lightning_runs)  # no run always goes first
         for run in lightning_runs[shift:] + lightning_runs[:shift]:
             log(f"throughput: {workload.name} round {round_index + 1}/{rounds}: {run} (and plain)")
-            timer, steps[run] = time_run(project, workload, run)
+            timer, steps[run] = time_run(project, workload, run, precision)
             # The first epoch's extra time over the later ones: torch.compile's compile time.
             first, later = (
                 timer.lightning.epoch[0][0],
@@ -390,8 +426,13 @@ def measure_workload(
     return result
 
 
-def measure(project: Path, rounds: int = 3, log: Callable[[str], None] = print) -> dict:
-    return {workload.name: measure_workload(project, workload, rounds, log) for workload in WORKLOADS}
+def measure(
+    project: Path, rounds: int = 3, log: Callable[[str], None] = print, precision: str | None = None
+) -> dict:
+    return {
+        workload.name: measure_workload(project, workload, rounds, log, precision=precision)
+        for workload in WORKLOADS
+    }
 
 
 HEADER = [
