@@ -3,7 +3,9 @@
 Each row is a run of `throughput.py`'s kind (the plain loop in lockstep), as a ratio to the plain
 loop and to stock Lightning with everything off (`lightning_floor`), per training step (the
 training part of an epoch) and per whole epoch (validation, checkpoints and logging included).
-What a feature costs is the default's ratio less the row's.
+What a feature costs is the default's ratio less the row's. `lightning_model` is stock Lightning
+with everything off around the project's own model: what its metrics and logging cost, apart
+from the kit's.
 """
 
 from collections.abc import Callable
@@ -11,9 +13,10 @@ from pathlib import Path
 
 from .throughput import FEATURES, WORKLOADS, measure_workload
 
-RUNS = ("lightning_floor", "fit_default", *FEATURES, "fit_bare")
+RUNS = ("lightning_floor", "lightning_model", "fit_default", *FEATURES, "fit_bare")
 LABELS = {
     "lightning_floor": "stock Lightning, everything off",
+    "lightning_model": "stock Lightning, everything off, the project's model",
     "fit_default": "main.py fit as shipped",
     "fit_bare": "fit, every option off",
     **{run: f"fit without {feature.label}" for run, feature in FEATURES.items()},

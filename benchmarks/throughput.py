@@ -339,7 +339,7 @@ def time_run(
             network, optimizer, train_set, val_set, datamodule.batch_size, cli.trainer.precision
         )
         timer = InterleavedTimer(plain)
-        if run == "lightning_floor":
+        if run in ("lightning_floor", "lightning_model"):
             trainer = L.Trainer(
                 max_epochs=workload.epochs,
                 logger=False,
@@ -349,7 +349,9 @@ def time_run(
                 callbacks=[timer],
                 precision=cli.trainer.precision,
             )
-            trainer.fit(FloorModule(cli.model.network, make_optimizer), datamodule)
+            # The floor's bare module, or the project's own model (its metrics and logging).
+            floor = FloorModule(cli.model.network, make_optimizer)
+            trainer.fit(floor if run == "lightning_floor" else cli.model, datamodule)
         else:
             trainer = cli.trainer
             removed = FEATURES[run].callbacks if run in FEATURES else ()
