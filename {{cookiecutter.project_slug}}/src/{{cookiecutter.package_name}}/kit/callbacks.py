@@ -543,9 +543,9 @@ class StopOnNonFiniteLoss(Callback):
 
     The loss is checked after the backward pass, before the optimizer step, so the weights and
     the optimizer's state (and the `last.ckpt` saved on the way out) are those of the last good
-    step. On a GPU the loss's verdict is copied to the CPU as soon as the forward pass has
-    computed it and read only before the step: the backward pass stays queued meanwhile, so the
-    check does not leave the GPU idle. The forward pass of a bad batch has already moved the
+    step. On an NVIDIA GPU the loss's verdict is copied to the CPU as soon as the forward pass
+    has computed it and read only before the step: the backward pass stays queued meanwhile, so
+    the check does not leave the GPU idle. The forward pass of a bad batch has already moved the
     buffers (BatchNorm's running statistics), so they are copied where each optimizer step's
     batches start (the first of them, with gradient accumulation) and put back. Under DDP the
     ranks agree, so none is left waiting.
@@ -555,7 +555,7 @@ class StopOnNonFiniteLoss(Callback):
         self._buffers: list[Tensor] = []
         self._saved_buffers: list[Tensor] = []
         # One per backward pass since the last optimizer step: (loss, verdict, when it is ready).
-        self._pending: list[tuple[Tensor, Tensor, torch.Event | None]] = []
+        self._pending: list[tuple[Tensor, Tensor, torch.cuda.Event | None]] = []
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Found once: walking the modules at every step would cost more than the copies.
@@ -572,12 +572,11 @@ class StopOnNonFiniteLoss(Callback):
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
         loss = loss.detach()
         finite = torch.isfinite(loss).all()
-        if finite.device.type == "cpu":
-            self._pending.append((loss, finite, None))
-            return
-        ready = torch.Event(finite.device)  # copied without waiting; the event marks its landing
-        finite = finite.to("cpu", non_blocking=True)
-        ready.record()
+        ready = None
+        if finite.is_cuda:  # copied without waiting; the event marks its landing
+            finite = finite.to("cpu", non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
         self._pending.append((loss, finite, ready))
 
     def on_before_optimizer_step(
