@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, Dataset
 
 from .project import import_module, project_env
@@ -51,14 +50,13 @@ class NpyFiles(Dataset):
         return torch.from_numpy(np.load(path)), int(path.stem.split("_")[1])
 
 
-def write_samples(folder: Path, factor: int) -> int:
-    """The digits, `factor` times over, one float32 1x8x8 `.npy` file each; the number written."""
-    digits = load_digits()
-    images = (digits.images / 16.0).astype(np.float32)[:, None]
+def write_samples(project: Path, folder: Path, factor: int) -> int:
+    """The project's digits, `factor` times over, one 1x8x8 `.npy` file each; the number written."""
+    images, labels = import_module(project, "data").load_digits()
     folder.mkdir(parents=True, exist_ok=True)
     count = 0
     for _ in range(factor):
-        for image, label in zip(images, digits.target, strict=True):
+        for image, label in zip(images, labels, strict=True):
             np.save(folder / f"{count:07d}_{label}.npy", image)
             count += 1
     return count
@@ -136,7 +134,7 @@ def epoch_seconds(loader: Any, epoch: int) -> float:
 def measure_one(project: Path, folder: Path, factor: int, workers: int, rounds: int) -> dict:
     """In this process: the two loaders over `factor`x the digits; see the module's docstring."""
     torch.set_num_threads(1)
-    samples = write_samples(folder, factor)
+    samples = write_samples(project, folder, factor)
     ours = project_loader(project, folder, workers)
     plain = DataLoader(NpyFiles(folder), batch_size=BATCH_SIZE, shuffle=True, num_workers=workers)
     epoch_seconds(ours, 0), epoch_seconds(plain, 0)  # warm-up: workers start, files get cached

@@ -7,6 +7,7 @@ The first step's time runs from the process's start to the first training batch'
 default config's sanity validation included (`FirstStepClock` prints the moment).
 """
 
+import os
 import statistics
 import subprocess
 import sys
@@ -50,7 +51,7 @@ def commands(project: Path) -> dict[str, list[str]]:
 def wall_time(command: list[str], project: Path, cwd: Path) -> float:
     """Seconds the command took; for one that prints `CLOCK_MARK`, seconds until it did."""
     env = project_env(project)
-    env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{TEMPLATE_DIR}"  # FirstStepClock's module
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(TEMPLATE_DIR)])  # FirstStepClock's module
     started, started_at = time.perf_counter(), time.time()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
