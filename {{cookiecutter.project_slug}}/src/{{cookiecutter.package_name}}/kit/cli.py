@@ -21,6 +21,7 @@ from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
@@ -44,6 +45,7 @@ from .errors import KitError, UsageError
 from .export import check_format
 from .files import blocking_file
 from .optimizers import configure_optimizers, describe
+from .profiling import NoProfiler
 from .run_folder import RunConfig, RunFolder, class_path
 from .trainer import KitTrainer, check_serving
 from .tuning import BatchSizeTuner
@@ -228,6 +230,8 @@ class KitCLI(LightningCLI):
         self.run_folder.trainer = trainer  # a run that fails before its first step leaves no folder
         # Every checkpoint written whole or not at all, by whichever writer the strategy has.
         trainer.strategy.checkpoint_io = AtomicCheckpointIO(trainer.strategy.checkpoint_io)
+        if type(trainer.profiler) is PassThroughProfiler:  # no profiler asked for: the cheaper nothing
+            trainer.profiler = NoProfiler()
         hardware.use_tensor_cores(trainer.accelerator)
         return trainer
 
