@@ -6,13 +6,15 @@ Every file of the kit and of this folder holds to that: `example_uses` below che
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import yaml
+from lightning.fabric.plugins import TorchCheckpointIO
 
 from kit_fixtures import SAMPLES
-from kit_testing import KIT_TESTS, PROJECT_ROOT, run_fixtures
+from kit_testing import KIT_TESTS, PROJECT_ROOT, QUICK, run_fixtures, run_fixtures_here
 
 PACKAGE = "{{ cookiecutter.package_name }}"
 KIT = PROJECT_ROOT / "src" / PACKAGE / "kit"
@@ -37,6 +39,30 @@ def test_the_kit_trains_checkpoints_and_finds_them_again_for_any_model(tmp_path)
 
     tested = run_fixtures(tmp_path, "validate", "--ckpt_path=best")
     assert tested.returncode == 0 and f"Using best checkpoint: {run}" in tested.stdout, tested.stderr[-3000:]
+
+
+def test_each_epoch_serialises_its_checkpoint_state_once(tmp_path, monkeypatch):
+    """When the best checkpoint and last.ckpt are saved at the same epoch end, they hold the same
+    state: it is serialised once (into the best file) and copied into last.ckpt."""
+    serialised: list[tuple[int, str]] = []
+    serialise = TorchCheckpointIO.save_checkpoint
+
+    def counting(self: TorchCheckpointIO, checkpoint: dict, path: Any, *args: Any, **kwargs: Any) -> None:
+        serialised.append((checkpoint["global_step"], Path(path).name))
+        serialise(self, checkpoint, path, *args, **kwargs)
+
+    monkeypatch.setattr(TorchCheckpointIO, "save_checkpoint", counting)
+    root = f"--trainer.default_root_dir={tmp_path}"
+    run_fixtures_here(monkeypatch, "fit", "--trainer.max_epochs=3", root, *QUICK)
+    assert [step for step, _ in serialised] == [15, 30, 45], serialised  # 15 batches an epoch
+    first_file = serialised[0][1]
+    assert first_file.startswith(".best-"), f"epoch 0 always improves: {first_file}"
+    checkpoints = next(tmp_path.glob("lightning_logs/version_*/checkpoints"))
+    last = checkpoints / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == 45
+    for best in checkpoints.glob("best-*.ckpt"):
+        if torch.load(best, weights_only=True)["global_step"] == 45:  # improved at the end: the same bytes
+            assert best.read_bytes() == last.read_bytes()
 
 
 @pytest.mark.slow

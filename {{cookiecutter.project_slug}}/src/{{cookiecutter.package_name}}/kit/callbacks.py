@@ -2,6 +2,7 @@
 writer, LR logging."""
 
 import csv
+import math
 import os
 import random
 import signal
@@ -21,6 +22,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
 from . import early_signal, internals
+from .files import copy_atomically
 
 # Metric names whose direction goes without saying; anything else must state its mode.
 HIGHER_IS_BETTER = ("acc", "f1", "auroc", "precision", "recall", "iou", "r2", "hp_metric")
@@ -55,7 +57,23 @@ def is_collective_stop(error: BaseException) -> bool:
     return isinstance(error, SIGTERMException | NonFiniteLossError)
 
 
-class BestCheckpoint(ModelCheckpoint):
+class SettledCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint whose name in the checkpoint file (`state_key`) is worked out once.
+
+    Lightning asks for every callback's `state_key` at each hook call, six times a training step,
+    and ModelCheckpoint builds its own from a repr of its settings every time (2-4 us): here it is
+    built at the first call, when the settings (all given to `__init__`) are final.
+    """
+
+    @property
+    def state_key(self) -> str:
+        key = self.__dict__.get("_state_key")
+        if key is None:
+            key = self._state_key = super().state_key
+        return key
+
+
+class BestCheckpoint(SettledCheckpoint):
     """Keeps the checkpoint with the best value of `monitor` (validation accuracy), `best-*.ckpt`.
 
     `mode` follows the metric's name unless given: `max` for `val/acc`, `min` for `val/loss`,
@@ -72,10 +90,20 @@ class BestCheckpoint(ModelCheckpoint):
             filename="best-epoch{epoch:03d}-step{step:06d}",
             auto_insert_metric_name=False,
         )
+        # (step, file) of a checkpoint written by the latest on_train_epoch_end: LastCheckpoint,
+        # which saves next in that hook, copies it instead of serialising the same state again.
+        self.written_at_epoch_end: tuple[int, Path] | None = None
 
     def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
         """Nothing: this one saves after validation only, where ModelCheckpoint would check its
         step and time triggers (none here) at every training step."""
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        kept = set(self.best_k_models)
+        super().on_train_epoch_end(trainer, pl_module)
+        new = set(self.best_k_models) - kept
+        written = not self.save_weights_only and len(new) == 1
+        self.written_at_epoch_end = (trainer.global_step, Path(new.pop())) if written else None
 
 
 class LearningRateMonitor(callbacks.LearningRateMonitor):
@@ -89,7 +117,7 @@ class LearningRateMonitor(callbacks.LearningRateMonitor):
             super().on_train_start(trainer, *args, **kwargs)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        if trainer.loggers:
+        if self.logging_interval != "epoch" and trainer.loggers:  # checked in the cheaper order
             super().on_train_batch_start(trainer, *args, **kwargs)
 
     def on_train_epoch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
@@ -97,7 +125,7 @@ class LearningRateMonitor(callbacks.LearningRateMonitor):
             super().on_train_epoch_start(trainer, *args, **kwargs)
 
 
-class LastCheckpoint(ModelCheckpoint):
+class LastCheckpoint(SettledCheckpoint):
     """Keeps `last.ckpt`: the newest state, to resume from after any interruption.
 
     Written at the end of every epoch (after its validation), every N training steps when
@@ -131,7 +159,7 @@ class LastCheckpoint(ModelCheckpoint):
         """Nothing: the epoch's state is saved once its training part ends too (below)."""
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._save(trainer)
+        self._save(trainer, copy_fresh_best=True)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._save(trainer)
@@ -148,15 +176,33 @@ class LastCheckpoint(ModelCheckpoint):
         except OSError as save_error:  # e.g. the disk that just filled up: report the first error
             rank_zero_info(f"Could not save last.ckpt on the way out: {save_error}")
 
-    def _save(self, trainer: L.Trainer) -> None:
+    def _save(self, trainer: L.Trainer, copy_fresh_best: bool = False) -> None:
         if trainer.sanity_checking or trainer.fast_dev_run or trainer.global_step == self._saved_at_step:
             return
         if self.dirpath is None:  # failed before ModelCheckpoint.setup: no training state yet
             return
         path = Path(self.dirpath) / self.FILE_NAME
-        trainer.save_checkpoint(path, weights_only=False)  # whole or not at all: kit.checkpoint_io
+        fresh_best = self._fresh_best(trainer) if copy_fresh_best else None
+        if fresh_best is None:
+            trainer.save_checkpoint(path, weights_only=False)  # whole or not at all: kit.checkpoint_io
+        else:
+            if trainer.is_global_zero:
+                copy_atomically(fresh_best, path)
+            trainer.strategy.barrier("LastCheckpoint copy")  # as trainer.save_checkpoint: all ranks wait
         self._saved_at_step = trainer.global_step
         self.last_model_path = str(path)
+
+    @staticmethod
+    def _fresh_best(trainer: L.Trainer) -> Path | None:
+        """The best checkpoint's file, if it was written a moment ago in this same hook at this same
+        step: the very state this would serialise (the best checkpoint saves just before this one,
+        Lightning runs checkpoint callbacks last, in order). Copying it saves a second serialisation
+        in every epoch that improves: a few milliseconds here, seconds for a large model."""
+        for callback in trainer.callbacks:
+            written = callback.written_at_epoch_end if isinstance(callback, BestCheckpoint) else None
+            if written is not None and written[0] == trainer.global_step and written[1].is_file():
+                return written[1]
+        return None
 
 
 class LogTrainingLoss(Callback):
@@ -319,7 +365,9 @@ class ExactResume(Callback):
             "cuda": torch.cuda.get_rng_state(self._device) if on_gpu else None,
             # Plain types and tensors only: checkpoints load with torch.load(weights_only=True).
             "numpy": {"keys": torch.from_numpy(keys.copy()), "rest": [kind, position, has_gauss, cached]},
-            "python": random.getstate(),
+            # Python's generator as one tensor: its 625 numbers pickled one by one made up half the
+            # objects of each checkpoint write.
+            "python": python_state_tensor(random.getstate()),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -331,7 +379,21 @@ class ExactResume(Callback):
             torch.cuda.set_rng_state(state["cuda"], self._device)
         kind, position, has_gauss, cached = state["numpy"]["rest"]
         np.random.set_state((kind, state["numpy"]["keys"].numpy(), position, has_gauss, cached))
-        random.setstate(state["python"])
+        random.setstate(python_state_tuple(state["python"]))
+
+
+def python_state_tensor(state: tuple[Any, ...]) -> dict[str, Any]:
+    """`random.getstate()` (version, 625 numbers, gauss) with the numbers as one tensor."""
+    version, numbers, gauss = state
+    return {"version": version, "numbers": torch.tensor(numbers, dtype=torch.int64), "gauss": gauss}
+
+
+def python_state_tuple(saved: dict[str, Any] | tuple[Any, ...]) -> tuple[Any, ...]:
+    """What `random.setstate` takes, from `python_state_tensor`'s form or the tuple itself (older
+    checkpoints)."""
+    if isinstance(saved, tuple):
+        return saved
+    return saved["version"], tuple(saved["numbers"].tolist()), saved["gauss"]
 
 
 EXIT_STOPPED = 128 + signal.SIGTERM  # what a stopped run exits with, as a shell reports SIGTERM
@@ -555,7 +617,7 @@ class StopOnNonFiniteLoss(Callback):
         self._buffers: list[Tensor] = []
         self._saved_buffers: list[Tensor] = []
         # One per backward pass since the last optimizer step: (loss, verdict, when it is ready).
-        self._pending: list[tuple[Tensor, Tensor, torch.cuda.Event | None]] = []
+        self._pending: list[tuple[Tensor, Tensor | bool, torch.cuda.Event | None]] = []
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Found once: walking the modules at every step would cost more than the copies.
@@ -571,12 +633,16 @@ class StopOnNonFiniteLoss(Callback):
 
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
         loss = loss.detach()
-        finite = torch.isfinite(loss).all()
         ready = None
-        if finite.is_cuda:  # copied without waiting; the event marks its landing
-            finite = finite.to("cpu", non_blocking=True)
-            ready = torch.cuda.Event()
-            ready.record()
+        finite: Tensor | bool
+        if loss.device.type == "cpu":  # nothing to wait for: a number now costs less than a tensor op
+            finite = math.isfinite(loss.item()) if loss.numel() == 1 else bool(loss.isfinite().all())
+        else:
+            finite = torch.isfinite(loss).all()
+            if finite.is_cuda:  # copied without waiting; the event marks its landing
+                finite = finite.to("cpu", non_blocking=True)
+                ready = torch.cuda.Event()
+                ready.record()
         self._pending.append((loss, finite, ready))
 
     def on_before_optimizer_step(
@@ -587,7 +653,7 @@ class StopOnNonFiniteLoss(Callback):
         for loss, finite, ready in pending:
             if ready is not None:
                 ready.synchronize()
-            if not finite.item():
+            if not finite:
                 bad_losses.append(loss)
         bad = bool(bad_losses)
         if trainer.world_size > 1:

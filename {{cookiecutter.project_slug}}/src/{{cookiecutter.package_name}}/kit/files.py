@@ -4,15 +4,33 @@ A kill or a full disk mid-write must leave the previous file (a config, trackers
 predictions, an export's metadata) intact, never half of a new one.
 """
 
+import contextlib
 import os
+import shutil
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 
 def write_atomically(path: Path, content: str | bytes) -> None:
-    """Write `content` to a hidden partial file beside `path`, then rename it into place.
+    """Write `content` to a hidden partial file beside `path`, then rename it into place."""
+    with partial_file(path) as partial:
+        if isinstance(content, bytes):
+            partial.write_bytes(content)
+        else:
+            partial.write_text(content)
+
+
+def copy_atomically(source: Path, path: Path) -> None:
+    """Copy the file `source` to `path` as `write_atomically` writes: whole or not at all."""
+    with partial_file(path) as partial:
+        shutil.copyfile(source, partial)
+
+
+@contextlib.contextmanager
+def partial_file(path: Path) -> Iterator[Path]:
+    """A hidden partial file beside `path` to write, renamed into place if the writing succeeds.
 
     The partial file is this writer's own (process and thread in its name): two writers of one
     path at once (two sweep workers writing best.yaml) each rename a whole file, the last one wins.
@@ -20,10 +38,7 @@ def write_atomically(path: Path, content: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
     try:
-        if isinstance(content, bytes):
-            partial.write_bytes(content)
-        else:
-            partial.write_text(content)
+        yield partial
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
