@@ -6,14 +6,18 @@ Each bad request ends with one line and exit code 2, before anything is written.
 
 import errno
 import fcntl
+import io
 import os
+import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import yaml
 from lightning.fabric.plugins import TorchCheckpointIO
 
+from {{ cookiecutter.package_name }}.kit.callbacks import ExactResume
 from {{ cookiecutter.package_name }}.kit.checkpoint_io import AtomicCheckpointIO
 
 from kit_fixtures import FixtureCLI, run
@@ -145,3 +149,22 @@ def test_a_logs_folder_that_cannot_be_written_gets_one_line(run_kit, capsys, mon
     monkeypatch.setattr(os, "makedirs", unwritable)
     message = refused(run_kit, capsys, "validate", "--ckpt_path=last")
     assert os.strerror(code) in message and "--trainer.default_root_dir=DIR" in message
+
+
+@pytest.mark.parametrize("saved_by", ["this kit", "an older kit"])
+def test_the_random_state_comes_back_from_a_checkpoint_read_safely(saved_by):
+    """Python's generator travels as one tensor (quick to pickle, and torch.load(weights_only=True)
+    reads it); a checkpoint that holds it as the tuple of an older kit still resumes."""
+    resume = ExactResume()
+    random.seed(5)
+    state = resume.state_dict()
+    if saved_by == "an older kit":
+        state["python"] = random.getstate()
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    expected = [random.random() for _ in range(3)]
+    random.seed(99)
+    resume.load_state_dict(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
+    nothing: Any = None
+    resume.on_train_start(nothing, nothing)  # where the saved state is put back
+    assert [random.random() for _ in range(3)] == expected
