@@ -5,7 +5,8 @@ loop and to stock Lightning with everything off (`lightning_floor`), per trainin
 training part of an epoch) and per whole epoch (validation, checkpoints and logging included).
 What a feature costs is the default's ratio less the row's. `lightning_model` is stock Lightning
 with everything off around the project's own model: what its metrics and logging cost, apart
-from the kit's.
+from the kit's; `lightning_idle_callbacks` adds as many callbacks that do nothing as the default
+`fit` has: what Lightning charges for calling them at every hook, before any of them does work.
 """
 
 from collections.abc import Callable
@@ -13,10 +14,12 @@ from pathlib import Path
 
 from .throughput import FEATURES, WORKLOADS, measure_workload
 
-RUNS = ("lightning_floor", "lightning_model", "fit_default", *FEATURES, "fit_bare")
+STOCK = ("lightning_floor", "lightning_model", "lightning_idle_callbacks")
+RUNS = (*STOCK, "fit_default", *FEATURES, "fit_bare")
 LABELS = {
     "lightning_floor": "stock Lightning, everything off",
     "lightning_model": "stock Lightning, everything off, the project's model",
+    "lightning_idle_callbacks": "stock Lightning, the project's model, fit's number of idle callbacks",
     "fit_default": "main.py fit as shipped",
     "fit_bare": "fit, every option off",
     **{run: f"fit without {feature.label}" for run, feature in FEATURES.items()},

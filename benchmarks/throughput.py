@@ -35,6 +35,9 @@ from torch.utils.data import TensorDataset
 from .project import import_module
 
 RUNS = ("plain", "lightning_floor", "fit_default", "fit_bare", "fit_compiled")
+# Stock Lightning runs (no CLI trainer): around the bare floor module, or around the project's model,
+# alone or with as many do-nothing callbacks as `main.py fit` has (costs.py).
+STOCK_RUNS = ("lightning_floor", "lightning_model", "lightning_idle_callbacks")
 LIGHTNING_RUNS = RUNS[1:]
 BARE_FLAGS = [
     "--trainer.logger=false",
@@ -339,14 +342,16 @@ def time_run(
             network, optimizer, train_set, val_set, datamodule.batch_size, cli.trainer.precision
         )
         timer = InterleavedTimer(plain)
-        if run in ("lightning_floor", "lightning_model"):
+        if run in STOCK_RUNS:
+            # As many callbacks that do nothing as `main.py fit` has: Lightning's price for calling them.
+            idle = [L.Callback() for _ in cli.trainer.callbacks] if run == "lightning_idle_callbacks" else []
             trainer = L.Trainer(
                 max_epochs=workload.epochs,
                 logger=False,
                 enable_checkpointing=False,
                 enable_progress_bar=False,
                 enable_model_summary=False,
-                callbacks=[timer],
+                callbacks=[*idle, timer],
                 precision=cli.trainer.precision,
             )
             # The floor's bare module, or the project's own model (its metrics and logging).
