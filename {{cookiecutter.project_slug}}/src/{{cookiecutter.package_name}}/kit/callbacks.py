@@ -200,8 +200,10 @@ class LastCheckpoint(SettledCheckpoint):
         in every epoch that improves: a few milliseconds here, seconds for a large model."""
         for callback in trainer.callbacks:
             written = callback.written_at_epoch_end if isinstance(callback, BestCheckpoint) else None
-            if written is not None and written[0] == trainer.global_step and written[1].is_file():
-                return written[1]
+            # Every rank agrees on the step (Lightning makes the ranks agree on each best); rank zero,
+            # which wrote the file, says whether it is one (not a sharded checkpoint's folder).
+            if written is not None and written[0] == trainer.global_step:
+                return written[1] if trainer.strategy.broadcast(written[1].is_file()) else None
         return None
 
 
