@@ -6,6 +6,9 @@ from typing import Any
 
 import pytest
 from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.profilers import SimpleProfiler
+
+from {{ cookiecutter.package_name }}.kit.profiling import NoProfiler
 
 from kit_fixtures import FixtureCLI
 from kit_testing import run_fixtures_here
@@ -87,3 +90,17 @@ def test_every_callback_of_a_run_shows_in_print_config(tmp_path, monkeypatch, ca
             continue
         shown = SHOWN_AS.get(name, f"{type(callback).__module__}.{name}")
         assert shown in printed, f"{name} runs but --print_config does not show it"
+
+
+@pytest.mark.parametrize(
+    ("flags", "profiler"), [([], NoProfiler), (["--trainer.profiler=simple"], SimpleProfiler)]
+)
+def test_the_profiler_asked_for_is_the_one_used(tmp_path, monkeypatch, flags, profiler):
+    """No profiler asked for: the kit's NoProfiler (Lightning's default without its cost per hook
+    call); one asked for, as Lightning documents it, is used as such."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["kit_fixtures"])
+    cli = BuildOnlyCLI(args=["fit", *flags])
+    assert type(cli.trainer.profiler) is profiler
+    with cli.trainer.profiler.profile("an action"):  # profiles (or not) without complaint
+        pass
