@@ -82,19 +82,21 @@ class SignalAt(Callback):
 
 
 class NaNBatchAt(Callback):
-    """Puts a NaN into the first input of the batch trained at `step`: the loss turns NaN there.
+    """Puts a NaN into the first input of the batch trained at `step` (on DDP rank `rank` only,
+    if given): the loss turns NaN there.
 
     Data with a NaN is refused when it is loaded; this is the way a NaN still reaches a run
     (an augmentation, a division by zero in the model), at a step known in advance.
     """
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, step: int, rank: int = -1) -> None:
         self.step = step
+        self.rank = rank  # -1: every DDP rank
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, *args: object
     ) -> None:
-        if trainer.global_step == self.step:
+        if trainer.global_step == self.step and self.rank in (-1, trainer.global_rank):
             inputs = batch[0]  # type: ignore[index]
             inputs.view(-1)[0] = float("nan")
 

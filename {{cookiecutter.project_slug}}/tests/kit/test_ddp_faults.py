@@ -68,6 +68,23 @@ def test_a_fault_on_any_rank_ends_every_rank_with_a_consistent_checkpoint(tmp_pa
 
 
 @pytest.mark.slow
+def test_a_nan_loss_on_one_rank_stops_every_rank_at_that_step_with_good_weights(tmp_path):
+    """The ranks agree on the NaN verdict in the vote they share with stop requests
+    (kit/step_vote.py): both stop before the bad step changes the weights, and save."""
+    nan_on_rank_1 = ("--trainer.callbacks+=faults.NaNBatchAt", "--trainer.callbacks.rank=1")
+    started = time.monotonic()
+    result = run_fixtures(tmp_path, *RUN, *nan_on_rank_1, "--trainer.callbacks.step=5", timeout=60)
+    output = result.stdout + result.stderr
+    assert time.monotonic() - started < 60
+    assert result.returncode == 1, output[-3000:]
+    assert "the training loss is nan at step 5" in output, output[-3000:]
+    (last,) = tmp_path.rglob("last.ckpt")
+    checkpoint = torch.load(last, map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == 5  # the state from just before the bad step
+    assert all(t.isfinite().all() for t in checkpoint["state_dict"].values() if t.is_floating_point())
+
+
+@pytest.mark.slow
 def test_slurms_time_limit_warning_saves_on_every_rank_and_requeues(tmp_path):
     """Two SLURM tasks (faked: srun's variables, a recording `scontrol`) get SIGUSR1 at step 5."""
     bin_dir = tmp_path / "bin"

@@ -21,7 +21,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
-from . import early_signal, internals
+from . import early_signal, internals, step_vote
 from .files import copy_atomically
 
 # Metric names whose direction goes without saying; anything else must state its mode.
@@ -437,7 +437,9 @@ class GracefulInterrupt(Callback):
     handler, on the signalled rank alone, which can leave the ranks waiting in different
     collectives for ever. After each training step the ranks agree whether any of them was
     signalled and, if so, all stop at that step, so last.ckpt is consistent. (Not after an
-    epoch's last step: that state would resume in the wrong epoch; the next step decides.)
+    epoch's last step: that state would resume in the wrong epoch; the next step decides.) They
+    agree before the optimizer step, in the vote the NaN stop takes anyway (kit/step_vote.py):
+    one collective a step for both.
     An error on one rank alone ends the others too, instead of leaving them waiting.
     """
 
@@ -454,6 +456,8 @@ class GracefulInterrupt(Callback):
         self._stop_at_step_end = False  # ... and this callback (not Lightning) stops the run
         self._ctrl_c = False  # ... and it was Ctrl-C: a second one aborts at once
         self._requeue = False  # ... and it was SLURM's warning before the time limit
+        self._voted = False  # under DDP: the ranks voted on stopping in this step
+        self._agreed_stop = False  # ... and one of them was asked to stop
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # Before Lightning installs its own handlers: it puts back what it found (ours) when its
@@ -476,6 +480,9 @@ class GracefulInterrupt(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._distributed = trainer.world_size > 1
+        self._voted = self._agreed_stop = False
+        if self._distributed:
+            step_vote.ask(trainer, "stop requested", lambda: self._requested, self._told)
         if self._phase != "before":
             return
         # Lightning's handler (which calls ours too) is replaced by ours alone; ours calls it.
@@ -486,17 +493,28 @@ class GracefulInterrupt(Callback):
         if self._requested:  # a signal arrived before training started
             self._stop_now(trainer)
 
+    def on_before_optimizer_step(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if self._distributed:
+            step_vote.take(trainer)
+
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        voted, self._voted = self._voted, False
         if batch_idx + 1 >= trainer.num_training_batches:  # an epoch's last step: see above
             return
-        if self._distributed:
-            stop = trainer.strategy.reduce_boolean_decision(self._requested, all=False)
+        if self._distributed:  # a step without an optimizer step took no vote: the ranks agree here
+            stop = self._agreed_stop or (
+                not voted and trainer.strategy.reduce_boolean_decision(self._requested, all=False)
+            )
         else:
             stop = self._stop_at_step_end
         if stop:
             raise StopRequested(requeue=self._requeue)
+
+    def _told(self, any_rank_asked: bool) -> None:
+        self._voted = True
+        self._agreed_stop = self._agreed_stop or any_rank_asked
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._validating = not trainer.sanity_checking and not self._distributed
@@ -612,7 +630,8 @@ class StopOnNonFiniteLoss(Callback):
     the check does not leave the GPU idle. The forward pass of a bad batch has already moved the
     buffers (BatchNorm's running statistics), so they are copied where each optimizer step's
     batches start (the first of them, with gradient accumulation) and put back. Under DDP the
-    ranks agree, so none is left waiting.
+    ranks agree, so none is left waiting: in one collective a step, shared with the stop
+    requests of GracefulInterrupt (kit/step_vote.py).
     """
 
     def __init__(self) -> None:
@@ -620,12 +639,16 @@ class StopOnNonFiniteLoss(Callback):
         self._saved_buffers: list[Tensor] = []
         # One per backward pass since the last optimizer step: (loss, verdict, when it is ready).
         self._pending: list[tuple[Tensor, Tensor | bool, torch.cuda.Event | None]] = []
+        self._bad_losses: list[Tensor] = []  # the non-finite ones among them, once read
+        self._bad_on_a_rank = False  # under DDP: the vote's answer
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Found once: walking the modules at every step would cost more than the copies.
         self._buffers = [buffer for buffer in pl_module.buffers() if buffer.is_floating_point()]
         self._saved_buffers = [buffer.detach().clone() for buffer in self._buffers]
-        self._pending = []
+        self._pending, self._bad_losses = [], []
+        if trainer.world_size > 1:
+            step_vote.ask(trainer, "non-finite loss", self._read_verdicts, self._told)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         if self._pending:  # accumulating into the same step: keep the buffers saved before it
@@ -650,16 +673,11 @@ class StopOnNonFiniteLoss(Callback):
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        pending, self._pending = self._pending, []
-        bad_losses = []
-        for loss, finite, ready in pending:
-            if ready is not None:
-                ready.synchronize()
-            if not finite:
-                bad_losses.append(loss)
-        bad = bool(bad_losses)
+        self._read_verdicts()
         if trainer.world_size > 1:
-            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+            step_vote.take(trainer)  # unless GracefulInterrupt, called before, took it
+        bad_losses, self._bad_losses = self._bad_losses, []
+        bad = self._bad_on_a_rank if trainer.world_size > 1 else bool(bad_losses)
         if not bad:
             return
         for saved, buffer in zip(self._saved_buffers, self._buffers, strict=True):
@@ -672,3 +690,16 @@ class StopOnNonFiniteLoss(Callback):
             f"{', and last.ckpt holds the last good state' if kept else ''}. Try a lower learning "
             "rate, gradient clipping (--trainer.gradient_clip_val=1.0), or check the data."
         )
+
+    def _read_verdicts(self) -> bool:
+        """Whether this rank had a non-finite loss since the last optimizer step (waits for the GPU's)."""
+        pending, self._pending = self._pending, []
+        for loss, finite, ready in pending:
+            if ready is not None:
+                ready.synchronize()
+            if not finite:
+                self._bad_losses.append(loss)
+        return bool(self._bad_losses)
+
+    def _told(self, bad_on_a_rank: bool) -> None:
+        self._bad_on_a_rank = bad_on_a_rank
