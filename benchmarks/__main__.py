@@ -14,7 +14,7 @@ from pathlib import Path
 from .project import check_project, render_project
 from .report import machine, save, table
 
-MEASUREMENTS = ("throughput", "costs", "startup", "accuracy", "suite", "shipping", "loading")
+MEASUREMENTS = ("throughput", "costs", "ddp", "startup", "accuracy", "suite", "shipping", "loading")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -40,7 +40,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--precision",
-        help="--trainer.precision for throughput and costs, the plain loop alike (e.g. bf16-mixed, "
+        help="--trainer.precision for throughput, costs and ddp, the plain loop alike (e.g. bf16-mixed, "
         "16-mixed on a GPU; default: the project's config)",
     )
     parser.add_argument(
@@ -71,6 +71,8 @@ def measure(project: Path, args: argparse.Namespace) -> dict:
                 torch.set_num_threads(args.threads)
             figures["machine"]["torch_threads"] = torch.get_num_threads()
             figures["machine"]["precision"] = args.precision or "the project's config"
+            figures[name] = module.measure(project, args.rounds, log, args.precision)
+        elif name == "ddp":  # its runs are processes of their own: --threads reaches them by OMP_NUM_THREADS
             figures[name] = module.measure(project, args.rounds, log, args.precision)
         elif name == "startup":
             figures[name] = module.measure(project, args.repeats, log)

@@ -293,9 +293,9 @@ def inside(folder: Path) -> Iterator[None]:
         os.chdir(previous)
 
 
-def run_cli(project: Path, flags: list[str], fit: Callable[[Any], None]) -> None:
-    """Build `python main.py fit FLAGS` exactly as the CLI builds it, in a temp folder, then call `fit(cli)`
-    instead of `cli.trainer.fit`."""
+def run_cli(project: Path, flags: list[str], fit: Callable[[Any], None], folder: Path | None = None) -> None:
+    """Build `python main.py fit FLAGS` exactly as the CLI builds it, in `folder` (default: a temp
+    folder), then call `fit(cli)` instead of `cli.trainer.fit`."""
     project_cli: type = import_module(project, "cli").ProjectCLI
 
     class BenchmarkCLI(project_cli):  # type: ignore[misc, valid-type]
@@ -305,7 +305,9 @@ def run_cli(project: Path, flags: list[str], fit: Callable[[Any], None]) -> None
     argv = sys.argv
     sys.argv = argv[:1]  # LightningCLI warns when it gets args while sys.argv holds others
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-fit-") as tmp, inside(Path(tmp)):
+        with contextlib.ExitStack() as stack:
+            where = folder or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-fit-")))
+            stack.enter_context(inside(where))
             BenchmarkCLI(default_config_files=[project / "configs" / "default.yaml"], args=["fit", *flags])
     finally:
         sys.argv = argv
