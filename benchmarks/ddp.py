@@ -232,8 +232,14 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--precision")
     args = parser.parse_args(argv)
+    # As main.py ends a rank: with the run's exit code, never by a gloo group's abort at exit.
+    run_and_exit = import_module(args.project, "kit.process_exit").run_and_exit
     with contextlib.redirect_stdout(sys.stderr):
-        worker(args.project, args.worker, args.processes, args.accelerator, args.output, args.precision)
+        run_and_exit(
+            lambda: worker(
+                args.project, args.worker, args.processes, args.accelerator, args.output, args.precision
+            )
+        )
 
 
 if __name__ == "__main__":
