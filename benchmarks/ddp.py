@@ -88,7 +88,7 @@ def worker(
     base = import_module(project, "data").DigitsDataModule
     datamodule = synthetic_datamodule(base, SAMPLES)
     clock = EpochClock(output)
-    ddp = ("ddp", processes) if processes > 1 else ("auto", 1)
+    strategy, devices = ("ddp", processes) if processes > 1 else ("auto", 1)
 
     def train(cli: Any) -> None:
         if run == "kit":
@@ -97,8 +97,8 @@ def worker(
             return
         trainer = L.Trainer(
             accelerator=accelerator,
-            strategy=ddp[0],
-            devices=ddp[1],
+            strategy=strategy,
+            devices=devices,
             max_epochs=EPOCHS,
             logger=False,
             enable_checkpointing=False,
@@ -112,8 +112,8 @@ def worker(
     flags = [
         f"--trainer.max_epochs={EPOCHS}",
         f"--trainer.accelerator={accelerator}",
-        f"--trainer.strategy={ddp[0]}",
-        f"--trainer.devices={ddp[1]}",
+        f"--trainer.strategy={strategy}",
+        f"--trainer.devices={devices}",
     ]
     if precision:
         flags.append(f"--trainer.precision={precision}")

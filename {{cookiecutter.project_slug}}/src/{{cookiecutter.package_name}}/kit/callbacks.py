@@ -435,11 +435,11 @@ class GracefulInterrupt(Callback):
 
     Under DDP the handler only notes the signal: Lightning's own runs a collective inside the
     handler, on the signalled rank alone, which can leave the ranks waiting in different
-    collectives for ever. After each training step the ranks agree whether any of them was
-    signalled and, if so, all stop at that step, so last.ckpt is consistent. (Not after an
-    epoch's last step: that state would resume in the wrong epoch; the next step decides.) They
-    agree before the optimizer step, in the vote the NaN stop takes anyway (kit/step_vote.py):
-    one collective a step for both.
+    collectives for ever. At each training step the ranks agree whether any of them was
+    signalled and, if so, all stop at the end of that step, so last.ckpt is consistent. (Not
+    after an epoch's last step: that state would resume in the wrong epoch; the next step
+    decides.) They agree before the optimizer step, in the vote the NaN stop takes anyway
+    (kit/step_vote.py): one collective a step for both.
     An error on one rank alone ends the others too, instead of leaving them waiting.
     """
 

@@ -2,8 +2,8 @@
 
 Under DDP the kit's callbacks take decisions every rank must take at the same step: whether
 any rank's loss was not finite (StopOnNonFiniteLoss), whether any rank was asked to stop
-(GracefulInterrupt). Each agreement is a collective that every rank waits at: 1.5-2 ms a step
-between two CPU processes, and a host sync on a GPU (benchmarks/README.md, the DDP table). So
+(GracefulInterrupt). Each agreement is a collective that every rank waits at: about 1 ms a
+step between two CPU processes, and a host sync on a GPU (benchmarks/README.md, DDP). So
 they share one: each callback registers a question when training starts, and the first of them
 to call `take` at an optimizer step asks all the questions in one all-reduce; the others are
 answered from it. On one device nothing is reduced.
