@@ -130,6 +130,7 @@ LIGHTNING = {
     "fit: missing -c file": (["fit", "-c", "missing.yaml"], "missing.yaml"),
     "fit: misspelt flag": (["fit", "--trainer.max_epoch=1"], "max_epoch"),
     "fit: unknown accelerator": (["fit", "--trainer.accelerator=banana"], "banana"),
+    "fit: devices not a count": (["fit", "--trainer.devices=abc"], "--trainer.devices='abc'"),
     "validate: no run to be best": (
         ["validate", "--ckpt_path=best", "--trainer.default_root_dir=a_folder"],
         "--ckpt_path=best",

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 
 from {{ cookiecutter.package_name }}.kit import hardware
+from {{ cookiecutter.package_name }}.kit.errors import UsageError
 from {{ cookiecutter.package_name }}.kit.hardware import HardwareError, check_request
 
 from kit_testing import run_fixtures_here
@@ -136,3 +137,31 @@ def test_driver_version_and_its_cuda_are_read_from_nvidia_smi():
 )
 def test_driver_version_is_read_from_the_kernel_module_without_nvidia_smi(text):
     assert hardware.parse_kernel_module_version(text) == "550.54.14"
+
+
+@pytest.mark.parametrize("devices", ["abc", "two", "0,x", 1.5, True, [0, "1"]])
+@pytest.mark.parametrize("accelerator", ["gpu", "cuda"])
+def test_a_gpu_request_lightning_cannot_read_is_refused_in_one_line(monkeypatch, accelerator, devices):
+    fake_machine(monkeypatch, cuda_gpus=2, cuda_build="12.8")
+    with pytest.raises(UsageError, match=r"is not a device count or list: give a count \(2\), -1 or auto"):
+        check_request(accelerator, devices)
+
+
+@pytest.mark.parametrize("devices", ["abc", 0, -1, "-1", [0, 1], "0,1", 1.5])
+@pytest.mark.parametrize("accelerator", ["cpu", "auto"])  # auto is the CPU on a machine without GPUs
+def test_a_cpu_request_for_anything_but_a_count_is_refused_in_one_line(monkeypatch, accelerator, devices):
+    fake_machine(monkeypatch, cuda_gpus=0)
+    with pytest.raises(UsageError, match=r"on the CPU, give a number of processes \(1, or 2 for DDP\)"):
+        check_request(accelerator, devices)
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "devices"),
+    [
+        *[("gpu", devices) for devices in (1, -1, "auto", "2", " 1 ", "-1", "0,1", "1,", [0, 1], (1,))],
+        *[("cpu", devices) for devices in (1, 2, "auto", "2", " 1 ")],
+    ],
+)
+def test_every_device_request_lightning_reads_passes(monkeypatch, accelerator, devices):
+    fake_machine(monkeypatch, cuda_gpus=2, cuda_build="12.8")
+    check_request(accelerator, devices)

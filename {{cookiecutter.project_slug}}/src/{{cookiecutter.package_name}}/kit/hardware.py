@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .errors import KitError
+from .errors import KitError, UsageError
 from .torch_build import ask_nvidia_smi
 
 if TYPE_CHECKING:
@@ -154,11 +154,14 @@ def check_request(accelerator: Any, devices: Any) -> None:
 
     Lightning would fail too, but only after building the Trainer and with a long traceback
     ("No supported gpu backend found!"). `auto` is checked only where it means CUDA GPUs;
-    Accelerator objects and the CPU are left to Lightning.
+    Accelerator objects and the CPU are left to Lightning, but for the form of `devices`.
     """
     if not isinstance(accelerator, str):
+        _check_device_form(devices, on_cpu=False)
         return
     accelerator = accelerator.lower()
+    auto_on_cpu = accelerator == "auto" and not mps_available() and cuda_device_count() == 0
+    _check_device_form(devices, on_cpu=accelerator == "cpu" or auto_on_cpu)
     if accelerator == "mps" and not mps_available():
         raise HardwareError(
             "--trainer.accelerator=mps needs an Apple-silicon GPU, and none is available here. "
@@ -181,6 +184,32 @@ def check_request(accelerator: Any, devices: Any) -> None:
             "to find out what is missing."
         )
     _check_device_request(devices, found)
+
+
+def _check_device_form(devices: Any, on_cpu: bool) -> None:
+    """Refuse, in one line, a --trainer.devices Lightning cannot read: it fails deep in the
+    Trainer with a traceback (a TypeError for `abc`, or for anything but a count on the CPU)."""
+    if isinstance(devices, str) and devices.strip() == "auto":
+        return
+    if isinstance(devices, str) and re.fullmatch(r"\s*-?\d+\s*", devices):
+        devices = int(devices)
+    if on_cpu:
+        if not (isinstance(devices, int) and not isinstance(devices, bool) and devices > 0):
+            raise UsageError(
+                f"--trainer.devices={devices!r}: on the CPU, give a number of processes (1, or 2 "
+                "for DDP) or auto."
+            )
+        return
+    whole = isinstance(devices, int) and not isinstance(devices, bool)
+    indices = isinstance(devices, list | tuple) and all(
+        isinstance(index, int) and not isinstance(index, bool) for index in devices
+    )
+    listed = isinstance(devices, str) and re.fullmatch(r"\s*\d+\s*(,\s*\d+\s*)*,?\s*", devices)
+    if not (whole or indices or listed):
+        raise UsageError(
+            f"--trainer.devices={devices!r} is not a device count or list: give a count (2), -1 or "
+            "auto for all, or device indices ([0, 1] or 0,1)."
+        )
 
 
 def _check_device_request(devices: Any, found: int) -> None:
