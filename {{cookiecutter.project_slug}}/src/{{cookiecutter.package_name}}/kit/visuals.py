@@ -13,7 +13,7 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from torchmetrics.classification import MulticlassConfusionMatrix
 
@@ -38,8 +38,12 @@ class ValidationImages(L.Callback):
       right. Its text entry gives the mean absolute error and R².
     - the model graph (GRAPHS tab), once at the start of fit, traced from the module's
       `example_input_array`, when `log_graph` is on.
-    Batches of another form (dicts, say) get the graph only, without a warning.
-    `every_n_epochs=0` turns the pictures off. `python main.py validate` draws them every time.
+    Pictures are drawn only where they provably fit: an `(inputs, targets)` tensor pair whose
+    inputs have the shape the module's `example_input_array` declares (where it declares one),
+    a `forward(inputs)` that runs, and an output shaped like the targets (values) or one score
+    per class (classes). Any other model or batch (dicts, a GAN's noise, an autoencoder whose
+    `training_step` reshapes) gets the graph only and one line saying why: a picture never ends
+    a run. `every_n_epochs=0` turns the pictures off. `python main.py validate` draws them every time.
     """
 
     MAX_POINTS = 4096
@@ -56,7 +60,8 @@ class ValidationImages(L.Callback):
         self._confusion: MulticlassConfusionMatrix | None = None
         self._samples: list[tuple[Tensor, Tensor, Tensor]] = []  # (inputs, predicted, targets)
         self._values: list[tuple[Tensor, Tensor]] = []  # a regressor's (predicted, targets)
-        self._drawing = False
+        self._drawing = False  # this validation run draws: decided alike on every rank
+        self._unfit: str | None = None  # why this model or its batches get no pictures, once found
         self._graph_drawn = False  # once per run, even if a tuner fits a few trial steps first
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -98,16 +103,60 @@ class ValidationImages(L.Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        pair = isinstance(batch, list | tuple) and len(batch) == 2
-        if not (self._drawing and pair and all(isinstance(part, Tensor) for part in batch)):
+        if not self._drawing or self._unfit is not None:
             return
-        inputs, targets = batch
-        with trainer.precision_plugin.val_step_context():  # the same numerics as validation_step
-            predictions = pl_module(inputs)
-        if targets.is_floating_point():
-            self._collect_values(trainer, predictions, targets)
+        inputs, targets = self._pair(batch, pl_module)
+        if inputs is None or targets is None:
+            return
+        try:
+            with trainer.precision_plugin.val_step_context():  # the same numerics as validation_step
+                predictions = pl_module(inputs)
+        except Exception as error:  # a model whose forward takes something else: no pictures
+            self._give_up(
+                f"{type(pl_module).__name__}.forward(batch[0]) failed: {' '.join(str(error).split())}"
+            )
+            return
+        if not isinstance(predictions, Tensor) or len(predictions) != len(targets):
+            self._give_up("forward(batch[0]) does not return one output per target")
+        elif targets.is_floating_point():
+            if predictions.numel() != targets.numel():
+                self._give_up(
+                    f"its outputs {list(predictions.shape)} do not match its targets {list(targets.shape)}"
+                )
+            else:
+                self._collect_values(trainer, predictions, targets)
+        elif predictions.dim() != 2 or targets.dim() != 1 or int(targets.max()) >= predictions.shape[-1]:
+            self._give_up(f"its outputs {list(predictions.shape)} are not one score per class of its targets")
         else:
             self._collect_classes(trainer, inputs, predictions, targets)
+
+    def _pair(self, batch: Any, pl_module: L.LightningModule) -> tuple[Tensor | None, Tensor | None]:
+        """The batch's (inputs, targets), where the batch is such a pair and the inputs fit the
+        module's `example_input_array`; else (None, None), after saying why once."""
+        pair = isinstance(batch, list | tuple) and len(batch) == 2
+        if not (pair and all(isinstance(part, Tensor) for part in batch)):
+            self._give_up("its batches are not (inputs, targets) tensor pairs")
+            return None, None
+        inputs, targets = batch
+        declared = pl_module.example_input_array
+        if isinstance(declared, list | tuple) and len(declared) == 1:
+            declared = declared[0]
+        if declared is not None and not isinstance(declared, Tensor):
+            self._give_up("its example_input_array declares several inputs")
+            return None, None
+        if declared is not None and declared.shape[1:] != inputs.shape[1:]:
+            shapes = f"[N, {', '.join(map(str, inputs.shape[1:]))}]"
+            self._give_up(f"batch[0] is {shapes}, not the input example_input_array declares")
+            return None, None
+        return inputs, targets
+
+    def _give_up(self, reason: str) -> None:
+        """Draw nothing more in this run, and say why in one line (rank zero)."""
+        self._unfit = reason
+        self._samples, self._values = [], []
+        rank_zero_info(
+            f"ValidationImages draws no pictures for this model: {reason}. Scalars and the graph are kept."
+        )
 
     def _collect_values(self, trainer: L.Trainer, predictions: Tensor, targets: Tensor) -> None:
         missing = self.MAX_POINTS - sum(len(chunk[0]) for chunk in self._values)
@@ -127,14 +176,18 @@ class ValidationImages(L.Callback):
         if not self._drawing:
             return
         logger = _tensorboard(trainer)
-        if self._values and logger is not None:  # rank zero's share: no collective
+        if self._values and logger is not None and self._unfit is None:  # rank zero's share: no collective
             predicted, targets = (torch.cat(parts) for parts in zip(*self._values, strict=True))
             writer, step = logger.experiment, trainer.global_step
             writer.add_image(
                 "val/predicted_vs_target", scatter_image(predicted, targets), step, dataformats="CHW"
             )
             writer.add_text("val/predicted_vs_target", fit_markdown(predicted, targets), step)
-        if self._confusion is None:
+        # Every rank found the batches fit (a collective, as is the matrix's own sync), or none draws it.
+        fits = self._confusion is not None and self._unfit is None
+        if trainer.world_size > 1:
+            fits = trainer.strategy.reduce_boolean_decision(fits, all=True)
+        if not fits or self._confusion is None:
             return
         counts = self._confusion.compute()  # a collective under DDP: every rank must call it
         if not trainer.is_global_zero or logger is None:
