@@ -7,12 +7,16 @@ same configs as `fit`, and `--ckpt_path=best|last|PATH` restores the network the
 Everything else about the Trainer is Lightning's, unchanged.
 """
 
+import inspect
 import math
 import socket
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch import Tensor
 
 from .datamodule import KitDataModule
 from .export import (
@@ -50,11 +54,13 @@ class KitTrainer(L.Trainer):
             output: The file to write; by default `export/<checkpoint name>.<suffix>` in the
                 checkpoint's run folder. Its metadata goes to `<output>.json`.
             tolerance: Largest absolute difference allowed between the export's outputs and
-                the model's on a batch of validation inputs; above it nothing is written.
+                the model's on a batch of validation inputs (or on the module's
+                `example_input_array`, where the validation batch does not fit it); above it
+                nothing is written.
         """
         check_format(format)
         checkpoint = self._restore(model, ckpt_path, "export")
-        inputs = validation_inputs(self, datamodule, model)
+        inputs = example_inputs(self, datamodule, model)
         output = output or default_output(checkpoint, format)
         metadata = {"checkpoint": str(checkpoint.resolve()), **data_description(datamodule, model)}
         described = export(model, inputs, format, output, metadata, tolerance)
@@ -109,7 +115,7 @@ class KitTrainer(L.Trainer):
             return
         self._restore(model, ckpt_path, "serve")
         inputs = [
-            InputSpec.of(name, batch) for name, batch in validation_inputs(self, datamodule, model).items()
+            InputSpec.of(name, batch) for name, batch in example_inputs(self, datamodule, model).items()
         ]
         declared = data_description(datamodule, model)
         answers = answers_for(model, declared.get("num_classes"), declared.get("class_names"))
@@ -150,6 +156,85 @@ def check_serving(
             raise ExportError(f"{problem}: pass another --port") from None
 
 
+def example_inputs(
+    trainer: L.Trainer, datamodule: L.LightningDataModule | None, model: L.LightningModule
+) -> Inputs:
+    """The inputs export checks against and serve describes: a validation batch's, where they fit
+    what the module declares in `example_input_array` (Lightning's convention for forward's
+    input), else the declared ones. Either way forward must run on them and return a tensor."""
+    declared = declared_inputs(model)
+    try:
+        found = validation_inputs(trainer, datamodule, model)
+    except ExportError:
+        if declared is None:
+            raise
+        found = None
+    if found is not None and (declared is None or same_layout(found, declared)):
+        source = "the first validation batch's inputs (define example_input_array to choose them)"
+        inputs = found
+    else:
+        source = f"{type(model).__name__}.example_input_array"
+        inputs = declared  # type: ignore[assignment]
+    check_forward(model, inputs, source)
+    return inputs
+
+
+def declared_inputs(model: L.LightningModule) -> Inputs | None:
+    """`example_input_array` as named inputs in forward's order (a tensor is `input`; a tuple's
+    tensors take forward's parameter names; a dict's keys are forward's), or None if undeclared."""
+    example = model.example_input_array
+    if example is None:
+        return None
+    parameters = list(inspect.signature(model.forward).parameters)
+    if isinstance(example, Tensor):
+        return {"input": example}
+    if isinstance(example, list | tuple) and 0 < len(example) <= len(parameters):
+        named = dict(zip(parameters, example, strict=False))  # forward's first arguments
+        named = {"input": example[0]} if len(example) == 1 else named
+    elif isinstance(example, dict) and set(example) <= set(parameters):
+        named = {name: example[name] for name in parameters if name in example}
+    else:
+        named = {}
+    if not named or not all(isinstance(value, Tensor) for value in named.values()):
+        raise ExportError(
+            f"{type(model).__name__}.example_input_array is not what export and serve can feed forward: "
+            "make it a tensor, a tuple of tensors (forward's arguments in order) or a dict of tensors by "
+            "argument name"
+        )
+    return named
+
+
+def same_layout(found: Inputs, declared: Inputs) -> bool:
+    """Whether two sets of inputs have the same names, and shapes and dtypes but for the batch size."""
+    return list(found) == list(declared) and all(
+        found[name].shape[1:] == declared[name].shape[1:] and found[name].dtype == declared[name].dtype
+        for name in found
+    )
+
+
+def check_forward(model: L.LightningModule, inputs: Inputs, source: str) -> None:
+    """Refuse in one line a forward that fails on `inputs` or returns other than one tensor."""
+    name = type(model).__name__
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            output = model(*inputs.values())
+    except Exception as error:
+        message = " ".join(str(error).split())
+        raise ExportError(
+            f"{name}.forward failed on {source}: {message}. Set example_input_array in {name}.__init__ "
+            "to an input forward takes"
+        ) from None
+    finally:
+        model.train(was_training)
+    if not isinstance(output, Tensor):
+        raise ExportError(
+            f"{name}.forward returns a {type(output).__name__}, not a tensor: export and serve need a "
+            "forward that returns one tensor (e.g. the logits)"
+        )
+
+
 def validation_inputs(
     trainer: L.Trainer, datamodule: L.LightningDataModule | None, model: L.LightningModule
 ) -> Inputs:
@@ -159,7 +244,10 @@ def validation_inputs(
     datamodule.trainer = trainer
     datamodule.prepare_data()
     datamodule.setup("validate")
-    loaders: Any = datamodule.val_dataloader()
+    try:
+        loaders: Any = datamodule.val_dataloader()
+    except MisconfigurationException:  # Lightning's default: no val_dataloader defined
+        raise ExportError(f"{type(datamodule).__name__} has no val_dataloader to read inputs from") from None
     loader = loaders[0] if isinstance(loaders, list | tuple) else loaders
     batch = next(iter(loader), None)
     if batch is None:
