@@ -9,9 +9,11 @@ one line with exit code 2 for mistakes a user can fix.
 """
 
 import errno
+import importlib
 import inspect
 import itertools
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from . import hardware, launcher, resume, trackers
 from .callbacks import (
@@ -103,6 +106,7 @@ class KitCLI(LightningCLI):
         # its config.yaml is saved by RunConfig, Lightning's SaveConfigCallback made to write there.
         # (`run()` passes one in, to let go of its lock however the run ends.)
         self.run_folder: RunFolder = kwargs.pop("run_folder", None) or RunFolder()
+        self.optimizers_used = ""  # fit's console line: the module's own optimizers, or the config's
         kwargs.setdefault("save_config_callback", RunConfig)
         kwargs.setdefault("save_config_kwargs", {"run_folder": self.run_folder})
         # Lightning's Trainer plus the `export` and `serve` subcommands (kit/trainer.py).
@@ -187,9 +191,10 @@ class KitCLI(LightningCLI):
         if config.trainer.get("logger") is not False:
             self.run_folder.configure_loggers(config.trainer)
         if self.subcommand == "fit":
-            described = [describe(config.get(key)) for key in ("optimizer", "lr_scheduler")]
-            rank_zero_info("Optimizer: {}; LR scheduler: {}".format(*described))
-        elif self.subcommand == "export":
+            self.optimizers_used = self.choose_optimizers(config)  # said once the model is built
+        else:  # only fit optimizes: no optimizer to build, and the module's own stays as it is
+            self.auto_configure_optimizers = False
+        if self.subcommand == "export":
             check_format(config.format)
             output = Path(config.output) if config.get("output") else None
             if output is not None and output.is_dir():
@@ -211,16 +216,42 @@ class KitCLI(LightningCLI):
                 "Pass --ckpt_path=best, --ckpt_path=last or a checkpoint file to use trained ones."
             )
 
+    def choose_optimizers(self, config: Namespace) -> str:
+        """Which optimizers `fit` uses, in a line for the console.
+
+        A module with its own `configure_optimizers` keeps it: the default config's `optimizer:`
+        and `lr_scheduler:` apply to modules without one. Asking for others (`--optimizer`, a
+        `-c` file) replaces it, as Lightning documents.
+        """
+        described = "Optimizer: {}; LR scheduler: {}".format(
+            *(describe(config.get(key)) for key in ("optimizer", "lr_scheduler"))
+        )
+        model_class = chosen_class(config.get("model"), self.model_class)
+        if not is_overridden("configure_optimizers", model_class, L.LightningModule):
+            return described
+        name = f"{model_class.__name__}.configure_optimizers"
+        without_flags = self.parser.parse_args([self.subcommand])[self.subcommand]
+        asked = any(config.get(key) != without_flags.get(key) for key in ("optimizer", "lr_scheduler"))
+        self.auto_configure_optimizers = asked  # Lightning's switch for replacing the module's
+        if not asked:
+            return f"Optimizer: {name} (the module's own: the config's optimizer is for modules without one)"
+        return f"{described} (as asked, in place of {name})"
+
     def instantiate_classes(self) -> None:
         # A model's or DataModule's ValueError on its settings (batch_size=0, ...) and the
         # Trainer's refusals (an unknown accelerator, FSDP without a GPU) are messages for the
         # user, not tracebacks.
         try:
-            super().instantiate_classes()
+            with warnings.catch_warnings():  # choose_optimizers says it, in its line
+                warnings.filterwarnings("ignore", message=".*configure_optimizers` will be overridden")
+                super().instantiate_classes()
             if self.subcommand != "fit" and isinstance(self.datamodule, KitDataModule):
                 self.datamodule.fixed_batch_size()  # refuses batch_size=auto, which fit alone resolves
         except ValueError as error:
             raise UsageError(one_line(error)) from error
+        check_module_fits(self.model, self.datamodule, self.subcommand, self.auto_configure_optimizers)
+        if self.subcommand == "fit":
+            rank_zero_info(self.optimizers_used)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
@@ -265,6 +296,44 @@ def link_model_to_data(parser: LightningArgumentParser, model_class: type, datam
         targets += [f"model.network.init_args.{name}"] if "network" in parameters else []
         for target in targets:
             parser.link_arguments(f"data.{name}", target, apply_on="instantiate")
+
+
+def chosen_class(spec: Any, default: type) -> type:
+    """The class a `class_path` spec names (subclass mode), else `default`."""
+    path = spec.get("class_path") if isinstance(spec, Namespace | dict) else None
+    if not path:
+        return default
+    module_name, _, class_name = str(path).rpartition(".")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def check_module_fits(
+    model: L.LightningModule, datamodule: Any, subcommand: str | None, optimizers_replaced: bool
+) -> None:
+    """Refuse, in one line and before anything runs, what the module does not provide for this
+    command (the README's "Bring your own LightningModule" contract)."""
+    name = type(model).__name__
+    manual = not model.automatic_optimization
+    if (
+        subcommand == "fit"
+        and manual
+        and optimizers_replaced
+        and is_overridden("configure_optimizers", model, L.LightningModule)
+    ):
+        raise UsageError(
+            f"{name} optimizes manually (automatic_optimization=False) with its own configure_optimizers: "
+            "drop --optimizer and --lr_scheduler, which would replace them"
+        )
+    if subcommand == "fit" and manual and tunes_batch_size(datamodule):
+        raise UsageError(
+            f"--data.batch_size=auto tunes with steps Lightning optimizes, and {name} optimizes manually "
+            "(automatic_optimization=False): pass a number, e.g. --data.batch_size=64"
+        )
+    if subcommand == "predict" and not is_overridden("predict_step", model, L.LightningModule):
+        raise UsageError(
+            f"predict needs {name}.predict_step(batch, batch_idx) returning the predictions (a tensor or a "
+            "dict of tensors, one entry per sample): define it, or use test for scores"
+        )
 
 
 def check_config_files(args: Sequence[str]) -> None:
