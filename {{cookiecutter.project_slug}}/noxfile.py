@@ -154,8 +154,8 @@ def without_your_code(session: nox.Session) -> Path:
 @nox.session
 def kit(session: nox.Session) -> None:
     """The kit's own tests (tests/kit), on a copy of this project without your code: they pass
-    whatever your model, data and CLI hold."""
-    install(session, cpu_build())
+    whatever your model, data and CLI hold (modules shaped unlike yours included: `hf`)."""
+    install(session, cpu_build(), ".[all,test,hf]")
     session.env["KIT_TESTS_NEED_EXTRAS"] = "1"
     copy = without_your_code(session)
     with session.chdir(copy):

@@ -11,6 +11,7 @@ import functools
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
@@ -232,7 +233,19 @@ FIXTURES: dict[str, tuple[type[TinyModel], type[Blobs]]] = {
 
 class FixtureCLI(KitCLI):
     def __init__(self, fixture: str = "blobs", **kwargs: object) -> None:
-        super().__init__(*FIXTURES[fixture], **kwargs)
+        super().__init__(*fixture_classes(fixture), **kwargs)
+
+
+def fixture_classes(name: str) -> tuple[type[L.LightningModule], type[KitDataModule]]:
+    """A fixture's (model, DataModule): the three task shapes, or a foreign module
+    (`foreign_modules.py`, imported only when named: one of them needs transformers)."""
+    if name in FIXTURES:
+        return FIXTURES[name]
+    from foreign_modules import FOREIGN
+
+    if name not in FOREIGN:
+        raise SystemExit(f"error: --fixture={name}: choose one of {', '.join([*FIXTURES, *FOREIGN])}")
+    return FOREIGN[name]
 
 
 def chosen_fixture(args: list[str]) -> tuple[str, list[str]]:
@@ -243,9 +256,14 @@ def chosen_fixture(args: list[str]) -> tuple[str, list[str]]:
     if not (args and args[0].startswith("--fixture=")):
         return "blobs", args
     name = args[0].split("=", 1)[1]
-    if name not in FIXTURES:
-        raise SystemExit(f"error: --fixture={name}: choose one of {', '.join(FIXTURES)}")
+    fixture_classes(name)  # an unknown name ends here
     return name, args[1:]
+
+
+def default_config_files() -> list[Path]:
+    """Config files read as defaults, as main.py reads configs/default.yaml: KIT_FIXTURES_DEFAULTS
+    (os.pathsep between several), inherited by DDP's other ranks."""
+    return [Path(name) for name in os.environ.get("KIT_FIXTURES_DEFAULTS", "").split(os.pathsep) if name]
 
 
 if __name__ == "__main__":
@@ -255,4 +273,4 @@ if __name__ == "__main__":
 
         trial = [sys.executable, "-m", "kit_fixtures", f"--fixture={fixture}", "fit"]
         raise SystemExit(sweep(trial, args[1:]))
-    run_and_exit(lambda: run(functools.partial(FixtureCLI, fixture), args))
+    run_and_exit(lambda: run(functools.partial(FixtureCLI, fixture), args, default_config_files()))

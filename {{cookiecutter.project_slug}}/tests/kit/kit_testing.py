@@ -66,6 +66,14 @@ def run_fixtures(
     return finish(start_fixtures(workdir, *args, env=env), timeout)
 
 
+def last_checkpoint(folder: Path) -> dict:
+    """The one last.ckpt under `folder`, loaded."""
+    import torch
+
+    (path,) = folder.rglob("last.ckpt")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now, for a DDP rendezvous."""
     with socket.socket() as sock:
