@@ -91,9 +91,12 @@ def test_a_sweep_runs_its_trials_and_its_best_config_trains_the_best_trial_again
     ]
     assert float(scores[0]) == pytest.approx(best.value)
 
-    # Rerunning the command continues the study: one more trial, not two new ones.
+    # Rerunning the command continues the study: one more trial, not two new ones, and with
+    # settings of its own (the sampler's seed moves on with the study: no repeat of trial 0).
     more = sweep(tmp_path, "--n_trials=3", *FIT)
     assert more.returncode == 0 and len(trials(tmp_path)) == 3
+    first, _, added = (t.params for t in trials(tmp_path))
+    assert added != first, "the re-run sweep suggested trial 0's settings again"
 
 
 @pytest.mark.slow

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
+import numpy
 import yaml
 
 from . import early_signal, launcher, trackers
@@ -158,6 +159,8 @@ def check_keys(space: Space, config: dict[str, Any]) -> None:
     for key in space.params:
         node: Any = config
         for part in key.split("."):
+            if isinstance(node, dict) and part not in node and part in (node.get("init_args") or {}):
+                node = node["init_args"]  # as the flags read it: model.network is model.init_args.network
             if not isinstance(node, dict) or part not in node:
                 raise SweepError(
                     f"search space key {key!r} is not in the config ({part!r} not found): use the keys "
@@ -521,8 +524,9 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
             journal=None if args.storage else study_dir / "journal.log",
             direction=space.direction,
             pruner=make_pruner(space.pruner),
-            sampler=optuna.samplers.TPESampler(seed=worker_seed(space.seed)),
         )
+        seed = worker_seed(space.seed, len(study.get_trials(deepcopy=False)))
+        study.sampler = optuna.samplers.TPESampler(seed=seed)
     except SweepError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -608,14 +612,21 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
     return 0
 
 
-def worker_seed(seed: int | None) -> int | None:
-    """The sampler's seed for this worker. The tasks of a SLURM job array (`scripts/sweep.sbatch`)
-    each add their task id: with one seed they would all suggest the same settings. A requeued
-    task adds 1000 per restart, or it would suggest its first trial's settings again."""
-    task = os.environ.get("SLURM_ARRAY_TASK_ID")
-    if seed is None or task is None:
+def worker_seed(seed: int | None, trials_so_far: int = 0) -> int | None:
+    """The sampler's seed for this worker, from the space's seed and where the worker stands.
+
+    A new study on one worker takes the space's seed as it is. A study started again draws
+    another from the trials it holds, or it would suggest its first trials' settings again; so do
+    the tasks of a SLURM job array (`scripts/sweep.sbatch`), from their task id and restart count,
+    or they would all suggest the same ones.
+    """
+    if seed is None:
+        return None
+    task = int(os.environ.get("SLURM_ARRAY_TASK_ID", "0"))
+    where = (trials_so_far, task, int(os.environ.get("SLURM_RESTART_COUNT", "0")))
+    if where == (0, 0, 0):
         return seed
-    return seed + int(task) + 1000 * int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    return int(numpy.random.SeedSequence([seed, *where]).generate_state(1)[0])
 
 
 def newest_last_checkpoint(folder: Path) -> Path | None:
