@@ -51,7 +51,10 @@ def test_a_sweep_on_the_example_prunes_hopeless_trials_and_its_best_config_rerun
     best = study(tmp_path).best_trial
     config = yaml.safe_load((tmp_path / "logs" / "sweeps" / "sweep" / "best.yaml").read_text())
     assert config["optimizer"]["init_args"]["lr"] == best.params["optimizer.init_args.lr"]
-    assert config["model"]["network"]["init_args"]["width"] == best.params["model.network.init_args.width"]
+    assert (
+        config["model"]["init_args"]["network"]["init_args"]["width"]
+        == best.params["model.network.init_args.width"]
+    )
     assert config["trainer"]["default_root_dir"] == "logs" and config["ckpt_path"] is None
 
 

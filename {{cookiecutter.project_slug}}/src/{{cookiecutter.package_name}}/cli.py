@@ -21,7 +21,9 @@ class ProjectCLI(KitCLI):
     """The kit's LightningCLI for `{{ model }}` on `{{ datamodule }}`."""
 
     def __init__(self, default_config_files: Sequence[Path] = (), **kwargs: Any) -> None:
-        super().__init__({{ model }}, {{ datamodule }}, default_config_files, **kwargs)
+        # subclass_mode: `--model=my_package.MyModule --data=my_package.MyData` (or class_path in a
+        # config) run another LightningModule and DataModule; these two are the defaults.
+        super().__init__({{ model }}, {{ datamodule }}, default_config_files, subclass_mode=True, **kwargs)
 
 
 def cli_main(args: Sequence[str] | None = None) -> KitCLI:

@@ -6,11 +6,13 @@ import sys
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from {{ cookiecutter.package_name }}.kit.internals import (
     end_other_ranks,
     logging_switched_off,
+    subcommand_defaults,
     trial_to_report_to,
 )
 
@@ -69,3 +71,27 @@ def test_a_running_trial_found_again_takes_reports_and_finishes_as_itself():
     study.tell(again, 0.5)
     (finished,) = study.get_trials()
     assert finished.state == optuna.trial.TrialState.COMPLETE and finished.intermediate_values == {0: 0.5}
+
+
+class PeekedError(Exception):
+    """Carries what `Peek` read out of the CLI."""
+
+
+class Peek(LightningCLI):
+    """Reads the defaults of `fit` where KitCLI does (after parsing), then stops."""
+
+    def before_instantiate_classes(self) -> None:
+        raise PeekedError(subcommand_defaults(self, "fit"))
+
+
+def test_each_subcommands_defaults_are_still_read_from_its_own_parser(tmp_path):
+    defaults = tmp_path / "defaults.yaml"
+    defaults.write_text("trainer:\n  max_epochs: 7\nmodel:\n  hidden: 8\n")
+    with pytest.raises(PeekedError) as stop:
+        Peek(
+            TinyModel,
+            args=["fit", "--model.hidden=16"],
+            parser_kwargs={"fit": {"default_config_files": [str(defaults)]}},
+        )
+    (read,) = stop.value.args
+    assert read.trainer.max_epochs == 7 and read.model.hidden == 8, "the default config file, not the flags"

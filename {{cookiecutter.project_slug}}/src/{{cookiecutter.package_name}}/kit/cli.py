@@ -47,6 +47,7 @@ from .datamodule import KitDataModule, tunes_batch_size
 from .errors import KitError, UsageError
 from .export import check_format
 from .files import blocking_file
+from .internals import subcommand_defaults
 from .optimizers import configure_optimizers, describe
 from .profiling import NoProfiler
 from .run_folder import RunConfig, RunFolder, class_path
@@ -75,14 +76,23 @@ class KitCLI(LightningCLI):
     # they hold or in which order. A new batch size would skip a different number of samples,
     # and a loader's saved position only fits a loader with as many worker processes.
     resume_may_change = frozenset({"pin_memory", "prefetch_factor"})
+    config: Namespace  # the parsed settings (LightningCLI sets it; parse_arguments may update it)
 
     def __init__(
         self,
         model_class: type[L.LightningModule],
         datamodule_class: type[L.LightningDataModule],
         default_config_files: Sequence[Path] = (),
+        subclass_mode: bool = False,
         **kwargs: Any,
     ) -> None:
+        # subclass_mode: Lightning's subclass mode for both, with these classes as the defaults:
+        # `--model=pkg.MyModule --data=pkg.MyData` (or `class_path:` in YAML) choose others.
+        self.default_classes = (model_class, datamodule_class)
+        self.linked_classes = self.default_classes  # the classes whose model_links are linked
+        if subclass_mode:
+            kwargs.update(subclass_mode_model=True, subclass_mode_data=True)
+            model_class, datamodule_class = L.LightningModule, L.LightningDataModule
         # default_env: PL_FIT__TRAINER__MAX_EPOCHS=1 and friends, as in Lightning's docs (the
         # main parser reads the environment too, so it is on at both levels).
         # allow_abbrev=False: a misspelt --trainer.max_epoch is an error, not a guess.
@@ -107,6 +117,7 @@ class KitCLI(LightningCLI):
         # (`run()` passes one in, to let go of its lock however the run ends.)
         self.run_folder: RunFolder = kwargs.pop("run_folder", None) or RunFolder()
         self.optimizers_used = ""  # fit's console line: the module's own optimizers, or the config's
+        self.best_checkpoint: BestCheckpoint | None = None  # fit's, named when it ends
         kwargs.setdefault("save_config_callback", RunConfig)
         kwargs.setdefault("save_config_kwargs", {"run_folder": self.run_folder})
         # Lightning's Trainer plus the `export` and `serve` subcommands (kit/trainer.py).
@@ -138,40 +149,95 @@ class KitCLI(LightningCLI):
         # Lightning's default bar (Rich, when installed) redraws 100 times a second from a second
         # thread: in a terminal that slows a small model's steps by a third.
         parser.set_defaults({"progress_bar.refresh_rate": 10})
-        link_model_to_data(parser, self.model_class, self.datamodule_class)
+        for key, default in zip(("model", "data"), self.default_classes, strict=True):
+            if self.subclass_mode_model if key == "model" else self.subclass_mode_data:
+                parser.set_defaults({key: {"class_path": class_path(default)}})
+        link_model_to_data(parser, *self.linked_classes, self.subclass_mode_model)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Resolve `--ckpt_path=best|last` and check the file before Lightning reads it.
+        """Resolve `--ckpt_path=best|last`, check the file, and take the run's settings from it.
 
         LightningCLI then builds the model with the hyperparameters stored in the checkpoint
         (for a file path; here also for best and last), so `test --ckpt_path=best` rebuilds the
-        network it trained. A flag asking for other model settings (for a resumed `fit`, also
-        data settings unlike the checkpoint's) is refused rather than silently ignored.
+        network it trained. A resumed `fit` also takes the DataModule's settings from it, where no
+        flag asks for others (after `--data.batch_size=auto`, the size found). A flag asking for
+        other settings than the checkpoint's is refused rather than silently ignored.
         """
         check_config_files(sys.argv[1:] if args is None else args)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else None
-        if config is None:
+        if config is None:  # LightningCLI(run=False): no checkpoint to read
+            self.link_classes(self.chosen_classes(), subcommands=False)
             return
         self.run_folder.read(config.trainer)
+        checkpoint = self.checkpoint_to_read(config)
+        saved_model, saved_data = resume.saved_settings(checkpoint) if checkpoint else ({}, {})
+        adopted_data = {}
+        if checkpoint:
+            defaults = subcommand_defaults(self, subcommand)
+            model = resume.changed(config.get("model"), defaults.get("model"))
+            data = resume.changed(config.get("data"), defaults.get("data"))
+            asked_data = data if subcommand == "fit" else None
+            resume.check_settings_agree(checkpoint, subcommand, model, asked_data, self.resume_may_change)
+            adopted_data = self.data_to_adopt(saved_data, data, subcommand)
+        model_class, data_class = self.chosen_classes()
+        model_class = trained_class(checkpoint, saved_model, model_class)
+        data_class = trained_class(checkpoint, adopted_data, data_class)
+        self.link_classes((model_class, data_class), subcommands=True)
+        adopted = {"data": adopted_data} if adopted_data else {}
+        if self.subclass_mode_model and model_class is not self.chosen_classes()[0]:
+            adopted["model"] = {"class_path": class_path(model_class)}  # its settings: Lightning's
+        if adopted:
+            self.config = self.parser.parse_object({subcommand: adopted}, self.config)
+
+    def link_classes(self, classes: tuple[type, type], subcommands: bool) -> None:
+        """Where another module or DataModule was chosen (subclass mode, or a checkpoint's), build
+        the parser again, linking that DataModule's `model_links` to that model."""
+        if classes != self.linked_classes:
+            self.linked_classes = classes
+            self.setup_parser(subcommands, *split_by_subcommand(self.parser_kwargs))
+
+    def checkpoint_to_read(self, config: Namespace) -> Path | None:
+        """The local checkpoint `--ckpt_path` names (best and last resolved), checked whole; None
+        without one (or for a URL, which Lightning reads itself)."""
         if not config.get("ckpt_path"):
-            return
+            return None
         if config.ckpt_path in ("best", "last"):
             which = config.ckpt_path
             config.ckpt_path = str(self.run_folder.find(which))
             print(f"Using {which} checkpoint: {config.ckpt_path}")
         if not resume.is_local(config.ckpt_path):
-            return
-        checkpoint = Path(config.ckpt_path)
-        resume.check_whole(checkpoint)
-        baseline = parser.parse_args([subcommand])[subcommand]  # what no flag at all would give
-        model = resume.changed(config.get("model"), baseline.get("model"))
-        data = None
+            return None
+        resume.check_whole(Path(config.ckpt_path))
+        return Path(config.ckpt_path)
+
+    def data_to_adopt(self, saved: dict[str, Any], asked: dict[str, Any], subcommand: str) -> dict[str, Any]:
+        """The checkpoint's DataModule settings that the config should take: for a resumed `fit`,
+        every one no flag asked for (how data is loaded excepted); for the others, the checkpoint's
+        DataModule and its settings when no flag names a DataModule and the config's is another."""
+        settings = {key: value for key, value in saved.items() if not key.startswith("_")}
+        configured = class_path(self.chosen_classes()[1])
+        saved_class = saved.get("_class_path") if "class_path" not in asked else None
         if subcommand == "fit":
-            data = (config.get("data") or Namespace()).as_dict()
-            data = data.get("init_args", data)
-        resume.check_settings_agree(checkpoint, subcommand, model, data, self.resume_may_change)
+            unasked = set(settings) - set(asked) - self.resume_may_change
+            settings = {key: settings[key] for key in unasked}
+        elif saved_class in (None, configured):
+            return {}  # evaluation on the data the config names: its point
+        if not self.subclass_mode_data:
+            return settings
+        if saved_class is None and not settings:
+            return {}
+        return {"class_path": saved_class or configured, "init_args": settings}
+
+    def chosen_classes(self) -> tuple[type, type]:
+        """The model and DataModule classes the parsed config names (their defaults outside subclass mode)."""
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand) if subcommand else self.config
+        return (
+            chosen_class(config.get("model"), self.default_classes[0]),
+            chosen_class(config.get("data"), self.default_classes[1]),
+        )
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
@@ -226,11 +292,11 @@ class KitCLI(LightningCLI):
         described = "Optimizer: {}; LR scheduler: {}".format(
             *(describe(config.get(key)) for key in ("optimizer", "lr_scheduler"))
         )
-        model_class = chosen_class(config.get("model"), self.model_class)
+        model_class = self.chosen_classes()[0]
         if not is_overridden("configure_optimizers", model_class, L.LightningModule):
             return described
         name = f"{model_class.__name__}.configure_optimizers"
-        without_flags = self.parser.parse_args([self.subcommand])[self.subcommand]
+        without_flags = subcommand_defaults(self, self.subcommand)
         asked = any(config.get(key) != without_flags.get(key) for key in ("optimizer", "lr_scheduler"))
         self.auto_configure_optimizers = asked  # Lightning's switch for replacing the module's
         if not asked:
@@ -248,10 +314,23 @@ class KitCLI(LightningCLI):
             if self.subcommand != "fit" and isinstance(self.datamodule, KitDataModule):
                 self.datamodule.fixed_batch_size()  # refuses batch_size=auto, which fit alone resolves
         except ValueError as error:
-            raise UsageError(one_line(error)) from error
+            raise UsageError(one_line(raised_by_the_class(error))) from error
         check_module_fits(self.model, self.datamodule, self.subcommand, self.auto_configure_optimizers)
         if self.subcommand == "fit":
             rank_zero_info(self.optimizers_used)
+
+    def after_fit(self) -> None:
+        """Where the run went: its folder, its best checkpoint with the score, what to run next."""
+        lines = [f"Run folder: {self.run_folder.path} (tensorboard --logdir {self.trainer.default_root_dir})"]
+        best = self.best_checkpoint
+        if best is not None and best.best_model_path and best.best_model_score is not None:
+            score = f"{best.monitor} {float(best.best_model_score):.4g}"
+            path = Path(best.best_model_path).absolute()
+            shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+            lines.append(f"Best checkpoint: {shown} ({score})")
+            lines.append("Next: python main.py test --ckpt_path=best")
+        if self.trainer.is_global_zero:
+            print("\n".join(lines), flush=True)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
@@ -271,8 +350,9 @@ class KitCLI(LightningCLI):
         callbacks: list[Callback] = []
         if self.subcommand == "fit":
             if config.trainer.get("enable_checkpointing") is not False:
+                self.best_checkpoint = BestCheckpoint(**config.checkpoint)  # named when fit ends
                 checkpoints: list[ModelCheckpoint] = [
-                    BestCheckpoint(**config.checkpoint),
+                    self.best_checkpoint,
                     LastCheckpoint(**config.last_checkpoint),
                 ]
                 callbacks += checkpoints
@@ -287,15 +367,47 @@ class KitCLI(LightningCLI):
         return callbacks
 
 
-def link_model_to_data(parser: LightningArgumentParser, model_class: type, datamodule_class: type) -> None:
+def link_model_to_data(
+    parser: LightningArgumentParser, model_class: type, datamodule_class: type, subclass_mode: bool = False
+) -> None:
     """Pass each of the DataModule's `model_links` (`KitDataModule`) to the model's argument of the
     same name, and to its injected `network`'s, once the DataModule is built."""
     parameters = inspect.signature(model_class).parameters
+    model = "model.init_args" if subclass_mode else "model"
     for name in datamodule_class.model_links if issubclass(datamodule_class, KitDataModule) else ():
-        targets = [f"model.{name}"] if name in parameters else []
-        targets += [f"model.network.init_args.{name}"] if "network" in parameters else []
+        targets = [f"{model}.{name}"] if name in parameters else []
+        targets += [f"{model}.network.init_args.{name}"] if "network" in parameters else []
         for target in targets:
             parser.link_arguments(f"data.{name}", target, apply_on="instantiate")
+
+
+def raised_by_the_class(error: BaseException) -> BaseException:
+    """A class's own error on its settings, out of the wrappers jsonargparse puts around it in
+    subclass mode (it tries each type of `Optional[LightningModule]` and reports them all)."""
+    wrappers = ("Does not validate against any of the Union subtypes", "Problem with given class_path")
+    while error.__cause__ is not None and str(error).startswith(wrappers):
+        error = error.__cause__
+    return error
+
+
+def split_by_subcommand(parser_kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """LightningCLI's `parser_kwargs` as (the main parser's, each subcommand's), as it splits them."""
+    names = KitCLI.subcommands()
+    main = {key: value for key, value in parser_kwargs.items() if key not in names}
+    return main, {key: value for key, value in parser_kwargs.items() if key in names}
+
+
+def trained_class(checkpoint: Path | None, spec: dict[str, Any], default: type) -> type:
+    """The class a checkpoint's settings name (LightningCLI's `_class_path`, or `class_path`),
+    else `default`; one line where it cannot be imported any more."""
+    path = spec.get("_class_path") or spec.get("class_path")
+    try:
+        return chosen_class({"class_path": path}, default)
+    except (ImportError, AttributeError) as error:
+        raise resume.ResumeError(
+            f"--ckpt_path={checkpoint} was trained with {path}, which cannot be imported ({error}): "
+            "restore that class, or start a new run without --ckpt_path."
+        ) from None
 
 
 def chosen_class(spec: Any, default: type) -> type:

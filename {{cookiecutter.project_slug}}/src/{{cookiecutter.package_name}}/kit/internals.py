@@ -52,3 +52,14 @@ def trial_to_report_to(study: Any, frozen: Any) -> Any:
     import optuna
 
     return optuna.trial.Trial(study, frozen._trial_id)
+
+
+def subcommand_defaults(cli: Any, subcommand: str) -> Any:
+    """One subcommand's settings before any flag, its default config files read, not validated.
+
+    Why: to tell whether the user asked for an optimizer (`KitCLI.choose_optimizers`) the kit
+    compares the parsed config with these. In subclass mode the module chosen may not take the
+    default module's settings, so they need not validate as a whole; LightningCLI keeps each
+    subcommand's parser only in a private dict (`_subcommand_parsers`).
+    """
+    return cli._subcommand_parsers[subcommand].get_defaults(skip_validation=True)

@@ -63,6 +63,8 @@ def contradictions(
     (how data is loaded, not what it is) are not compared.
     """
     allowed = set(may_change)
+    if "_class_path" in saved:  # LightningCLI's record of the class, in subclass mode
+        saved = {**saved, "class_path": saved["_class_path"]}
     saved_flat, asked_flat = flatten(saved, sequences=False), flatten(asked, sequences=False)
     differ = []
     for key in sorted(saved_flat.keys() & asked_flat.keys()):
