@@ -171,7 +171,7 @@ def test_swapped_project_tunes_its_batch_size(project, tmp_path):
     result = fit(project, tmp_path, "--data.batch_size=auto", "--trainer.max_epochs=1")
     assert "batch_size=auto" in result.stdout + result.stderr
     (config,) = (tmp_path / "logs").rglob("config.yaml")
-    assert isinstance(yaml.safe_load(config.read_text())["data"]["batch_size"], int)
+    assert isinstance(yaml.safe_load(config.read_text())["data"]["init_args"]["batch_size"], int)
 
 
 @pytest.mark.slow

@@ -1,3 +1,4 @@
+{%- set datamodule, model = ("DiabetesDataModule", "Regressor") if cookiecutter.task == "tabular_regression" else ("DigitsDataModule", "Classifier") -%}
 """Another LightningModule and DataModule chosen from the command line, as Lightning's subclass
 mode does (`--model=pkg.MyModule --data=pkg.MyData`), with no code changed; and resumes that
 take the run's own classes and data settings from its checkpoint."""
@@ -32,8 +33,8 @@ def test_print_config_names_the_example_classes_as_the_defaults(run_main, capsys
         run_main("fit", "--print_config")
     assert exit_info.value.code == 0
     config = yaml.safe_load(capsys.readouterr().out)
-    assert config["model"]["class_path"] == "{{ cookiecutter.package_name }}.model.Classifier"
-    assert config["data"]["class_path"] == "{{ cookiecutter.package_name }}.data.DigitsDataModule"
+    assert config["model"]["class_path"] == "{{ cookiecutter.package_name }}.model.{{ model }}"
+    assert config["data"]["class_path"] == "{{ cookiecutter.package_name }}.data.{{ datamodule }}"
 
 
 def test_another_module_and_datamodule_train_and_resume_as_the_checkpoint_says(run_main, tmp_path, capsys):

@@ -45,7 +45,8 @@ def test_two_processes_train_and_test_every_row_once(tmp_path):
 def test_batch_size_auto_under_ddp_agrees_on_one_size(tmp_path):
     run(tmp_path, "fit", *DDP_CPU, "--data.batch_size=auto")
     saved = yaml.safe_load((runs(tmp_path)[0] / "config.yaml").read_text())
-    assert isinstance(saved["data"]["batch_size"], int) and saved["data"]["batch_size"] >= 1
+    batch_size = saved["data"]["init_args"]["batch_size"]  # the run's config names the DataModule class
+    assert isinstance(batch_size, int) and batch_size >= 1
 
 
 @requires_gpus(2)

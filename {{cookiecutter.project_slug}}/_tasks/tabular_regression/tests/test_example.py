@@ -127,7 +127,8 @@ def load_best(workdir: Path) -> torch.nn.Module:
 def test_batch_size_auto_chooses_a_size_trains_with_it_and_saves_it(tmp_path):
     main_py(tmp_path, "fit", "--data.batch_size=auto", "--trainer.max_epochs=2")
     saved = yaml.safe_load((runs(tmp_path)[0] / "config.yaml").read_text())
-    assert isinstance(saved["data"]["batch_size"], int) and saved["data"]["batch_size"] >= 1
+    batch_size = saved["data"]["init_args"]["batch_size"]  # the run's config names the DataModule class
+    assert isinstance(batch_size, int) and batch_size >= 1
 
 
 # A run of 20 steps (9 an epoch), last.ckpt every 5 steps, the signal sent by the run itself at step 12.
