@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 QUIET = ("--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false")
 # An autoencoder (no accuracy) on blobs drawn as images, both from the kit's foreign-module suite.
 AUTOENCODER = (
@@ -61,6 +62,7 @@ def test_another_module_and_datamodule_train_and_resume_as_the_checkpoint_says(r
 
 def test_a_module_flag_that_contradicts_the_checkpoint_is_refused(run_main, tmp_path, capsys):
     run_main("fit", *AUTOENCODER, "--trainer.max_epochs=1", *QUIET)
+    capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
         run_main("test", "--ckpt_path=last", *AUTOENCODER[:1], "--model.code=3", *QUIET)
     assert exit_info.value.code == 2
@@ -87,8 +89,11 @@ def test_resuming_after_batch_size_auto_takes_the_size_that_was_found(run_main, 
     resumed = saved(run / "checkpoints" / "last.ckpt")
     assert resumed["epoch"] == 1 and resumed["datamodule_hyper_parameters"]["batch_size"] == found
 
-    # Asking for another size is still refused, naming both.
+    # Asking for another size is still refused, naming both, even where it is the config's own.
+    configured = yaml.safe_load((run / "config.yaml").read_text())  # as tuned, in the run's config
+    default = yaml.safe_load(DEFAULT_CONFIG.read_text())["data"]["batch_size"]
+    assert configured["data"]["init_args"]["batch_size"] == found
     with pytest.raises(SystemExit) as exit_info:
-        run_main("fit", "--ckpt_path=last", "--trainer.max_epochs=3", "--data.batch_size=32", *QUIET)
+        run_main("fit", "--ckpt_path=last", "--trainer.max_epochs=3", f"--data.batch_size={default}", *QUIET)
     assert exit_info.value.code == 2
-    assert f"data.batch_size: {found} in the checkpoint, 32 now" in capfd.readouterr().err
+    assert f"data.batch_size: {found} in the checkpoint, {default} now" in capfd.readouterr().err

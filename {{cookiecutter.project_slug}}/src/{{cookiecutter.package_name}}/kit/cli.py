@@ -118,6 +118,7 @@ class KitCLI(LightningCLI):
         self.run_folder: RunFolder = kwargs.pop("run_folder", None) or RunFolder()
         self.optimizers_used = ""  # fit's console line: the module's own optimizers, or the config's
         self.best_checkpoint: BestCheckpoint | None = None  # fit's, named when it ends
+        self.args_given: Any = None  # the command line (or args), to tell flags from defaults
         kwargs.setdefault("save_config_callback", RunConfig)
         kwargs.setdefault("save_config_kwargs", {"run_folder": self.run_folder})
         # Lightning's Trainer plus the `export` and `serve` subcommands (kit/trainer.py).
@@ -164,6 +165,7 @@ class KitCLI(LightningCLI):
         other settings than the checkpoint's is refused rather than silently ignored.
         """
         check_config_files(sys.argv[1:] if args is None else args)
+        self.args_given = sys.argv[1:] if args is None else args
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else None
@@ -175,9 +177,7 @@ class KitCLI(LightningCLI):
         saved_model, saved_data = resume.saved_settings(checkpoint) if checkpoint else ({}, {})
         adopted_data = {}
         if checkpoint:
-            defaults = subcommand_defaults(self, subcommand)
-            model = resume.changed(config.get("model"), defaults.get("model"))
-            data = resume.changed(config.get("data"), defaults.get("data"))
+            model, data = self.settings_asked("model"), self.settings_asked("data")
             asked_data = data if subcommand == "fit" else None
             resume.check_settings_agree(checkpoint, subcommand, model, asked_data, self.resume_may_change)
             adopted_data = self.data_to_adopt(saved_data, data, subcommand)
@@ -190,6 +190,22 @@ class KitCLI(LightningCLI):
             adopted["model"] = {"class_path": class_path(model_class)}  # its settings: Lightning's
         if adopted:
             self.config = self.parser.parse_object({subcommand: adopted}, self.config)
+
+    def settings_asked(self, key: str) -> dict[str, Any]:
+        """The model's or the DataModule's settings (flattened) that differ from the defaults, or
+        that a flag names: a flag equal to a default still asks for that value."""
+        subcommand = self.config.subcommand
+        ours = resume.flat_settings(self.config[subcommand].get(key))
+        defaults = resume.flat_settings(subcommand_defaults(self, subcommand).get(key))
+        args = self.args_given if isinstance(self.args_given, list | tuple) else []
+        prefix = f"--{key}."
+        named = {
+            arg.split("=", 1)[0].removeprefix(prefix).removeprefix("init_args.")
+            for arg in args
+            if isinstance(arg, str) and arg.startswith(prefix)
+        }
+        differ = {name for name, value in ours.items() if name not in defaults or defaults[name] != value}
+        return {name: value for name, value in ours.items() if name in differ | named}
 
     def link_classes(self, classes: tuple[type, type], subcommands: bool) -> None:
         """Where another module or DataModule was chosen (subclass mode, or a checkpoint's), build
@@ -296,6 +312,8 @@ class KitCLI(LightningCLI):
         if not is_overridden("configure_optimizers", model_class, L.LightningModule):
             return described
         name = f"{model_class.__name__}.configure_optimizers"
+        # Compared with the defaults, not read from the flags: a run's own config.yaml given back
+        # with -c names the optimizer it was trained with, and asks for no other.
         without_flags = subcommand_defaults(self, self.subcommand)
         asked = any(config.get(key) != without_flags.get(key) for key in ("optimizer", "lr_scheduler"))
         self.auto_configure_optimizers = asked  # Lightning's switch for replacing the module's

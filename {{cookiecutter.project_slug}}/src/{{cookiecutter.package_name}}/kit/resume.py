@@ -76,16 +76,11 @@ def contradictions(
     return differ
 
 
-def changed(settings: Any, baseline: Any) -> dict[str, Any]:
-    """The settings (flattened, `init_args.` dropped) whose value differs from the baseline's:
-    the ones a flag or a config file asked for."""
-
-    def flat(namespace: Any) -> dict[str, Any]:
-        values = flatten((namespace or Namespace()).as_dict(), sequences=False)
-        return {key.removeprefix("init_args."): value for key, value in values.items()}
-
-    ours, base = flat(settings), flat(baseline)
-    return {key: value for key, value in ours.items() if key not in base or base[key] != value}
+def flat_settings(settings: Any) -> dict[str, Any]:
+    """A model's or DataModule's settings flattened (`network.init_args.width`), `init_args.` of
+    subclass mode dropped, as they compare with a checkpoint's hyperparameters."""
+    values = flatten((settings or Namespace()).as_dict(), sequences=False)
+    return {key.removeprefix("init_args."): value for key, value in values.items()}
 
 
 def check_settings_agree(
