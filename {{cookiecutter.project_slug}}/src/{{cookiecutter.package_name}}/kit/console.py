@@ -8,6 +8,7 @@ parser's mistakes short (the error, one usage line, a pointer to `--help`) inste
 
 import logging
 import os
+import re
 import sys
 import warnings
 from typing import NoReturn
@@ -64,6 +65,62 @@ class ConciseParser(LightningArgumentParser):
             super().error(message, ex)
         parser = getattr(ex, "subcommand_parser", None) or self
         program = parser.prog.replace(" [options]", "")
-        sys.stderr.write(f"error: {message.strip()}\n")
+        sys.stderr.write(f"error: {one_line_value_error(message.strip())}\n")
         sys.stderr.write(f"usage: {program} [options]; every option: {program} --help\n")
         sys.exit(2)
+
+
+def one_line_value_error(message: str) -> str:
+    """jsonargparse's explanation of a value that no accepted type takes (9 to 12 lines, a line
+    per type tried) as one line: the flag or variable, the value, why, and what it accepts.
+    Any other message is kept as it is."""
+    match = re.match(r'Parser key "([^"]+)":(.*)', message, re.S)
+    given = re.findall(r"^\s*Given value: (.*)$", message, re.M)
+    subtypes = re.search(r"^\s*Subtypes: \[(.*)\]$", message, re.M)
+    if match is None or not given or subtypes is None:
+        return message
+    key, value = match.group(1), given[-1].strip()
+    accepted = [item for subtype in split_top_level(subtypes.group(1)) for item in readable_type(subtype)]
+    reasons = re.findall(r"Problem with given class_path '[^']*':\s*\n\s*(.+)", message)
+    if not reasons and ("Expected a dot import path" in message or "either not accessible" in message):
+        reasons = ["no such class (give its import path, e.g. my_package.MyClass)"]
+    why = f"{reasons[0].strip()}; " if reasons else ""
+    *others, last = dict.fromkeys(accepted)
+    expected = f"{', '.join(others)} or {last}" if others else last
+    return f"{setting_source(key, value)}={value}: {why}expected {expected}"
+
+
+def split_top_level(text: str) -> list[str]:
+    """`a, b[c, d], e` -> ['a', 'b[c, d]', 'e']."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [*parts, current.strip()] if current.strip() else parts
+
+
+def readable_type(subtype: str) -> list[str]:
+    """`<class 'int'>` -> [int], `<class 'NoneType'>` -> [null], `typing.Literal['a', 1]` -> [a, 1],
+    a class -> [an Optimizer subclass]."""
+    literal = re.fullmatch(r"typing\.Literal\[(.*)\]", subtype)
+    if literal:
+        return [value.strip(" '\"") for value in split_top_level(literal.group(1))]
+    name = re.sub(r"^<class '(.*)'>$", r"\1", subtype).rsplit(".", 1)[-1]
+    if name == "NoneType":
+        return ["null"]
+    if name in ("int", "float", "str", "bool"):
+        return [name]
+    return [f"{'an' if name[0] in 'AEIOU' else 'a'} {name} subclass"]
+
+
+def setting_source(key: str, value: str) -> str:
+    """`--key`, or the environment variable that gave the value (PL_FIT__TRAINER__MAX_EPOCHS)."""
+    suffix = key.upper().replace(".", "__")
+    for name, set_to in os.environ.items():
+        if name.startswith("PL_") and name.endswith(suffix) and set_to == value:
+            return name
+    return f"--{key}"
