@@ -249,8 +249,10 @@ def open_study(attempts: int = 5, journal: Path | None = None, **settings: Any) 
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             if journal is not None:
                 raise damaged(journal, error) from None
-            # Only a lost race (tables created twice) or a busy server is worth another attempt.
-            transient = type(error).__name__ in ("OperationalError", "IntegrityError")
+            # Only a lost race (tables created twice: an IntegrityError, or PostgreSQL's
+            # DuplicateTable as a ProgrammingError) or a busy server is worth another attempt.
+            lost_race = type(error).__name__ == "ProgrammingError" and "already exists" in first_line
+            transient = lost_race or type(error).__name__ in ("OperationalError", "IntegrityError")
             transient = transient and type(error).__module__.startswith("sqlalchemy")
             if not transient or attempt == attempts - 1:
                 raise SweepError(f"--storage cannot be opened: {first_line}") from None
