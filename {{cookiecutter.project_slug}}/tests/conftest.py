@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from kit_testing import PROJECT_ROOT, extra, requires_gpus, tensorboard_scalars, visible_gpus
+from kit_testing import (
+    PROJECT_ROOT,
+    extra,
+    requires_gpus,
+    tensorboard_points,
+    tensorboard_scalars,
+    tensorboard_settings,
+    visible_gpus,
+)
 
 __all__ = [
     "MAIN",
@@ -24,7 +32,9 @@ __all__ = [
     "main_py_started",
     "requires_gpus",
     "run_main",
+    "tensorboard_points",
     "tensorboard_scalars",
+    "tensorboard_settings",
     "visible_gpus",
 ]
 

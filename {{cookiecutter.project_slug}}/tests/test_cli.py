@@ -4,9 +4,10 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
-from conftest import tensorboard_scalars
+from conftest import tensorboard_points, tensorboard_scalars, tensorboard_settings
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 
@@ -65,27 +66,45 @@ def test_fit_then_test_predict_in_new_processes(run_main, tmp_path, capsys):
     (run_dir,) = runs(tmp_path)
     checkpoints = {p.name for p in (run_dir / "checkpoints").glob("*.ckpt")}
     assert "last.ckpt" in checkpoints and any(name.startswith("best-") for name in checkpoints)
+    out = capsys.readouterr().out
+    assert f"Run folder: {Path('logs') / 'lightning_logs' / 'version_0'}" in out and "Best checkpoint:" in out
 
-    # TensorBoard holds the curves, the learning rate and a real hp_metric (not the -1 placeholder).
+    # TensorBoard: the curves (learning rate beside them), the best score so far, no placeholders.
     scalars = tensorboard_scalars(run_dir)
-    for tag in ("train/loss", "train/acc", "val/loss", "val/acc", "lr-AdamW", "hp_metric"):
+    for tag in ("train/loss", "train/acc", "train/lr", "val/loss", "val/acc", "val/acc_best"):
         assert scalars.get(tag), f"{tag} missing from TensorBoard: {sorted(scalars)}"
-    assert scalars["hp_metric"][-1] == pytest.approx(scalars["val/acc"][-1])
+    assert not {"hp_metric", "epoch"} & set(scalars), "a line to ignore in the scalars tab"
+    assert scalars["val/acc_best"] == [max(scalars["val/acc"][: i + 1]) for i in range(3)]
     assert scalars["val/loss"][-1] < scalars["val/loss"][0]
+    # HParams: what was tuned, under the config's names, as the Trainer ran it.
+    settings = tensorboard_settings(run_dir)
+    assert settings["optimizer"] == "AdamW" and settings["optimizer.lr"] == pytest.approx(0.002)
+    assert settings["model.network"] == "ConvNet" and settings["model.network.width"] == 16
+    assert settings["data.batch_size"] == 64 and settings["trainer.precision"] == "32-true"
+    assert settings["trainer.devices"] == 1 and settings["lr_scheduler"] == "CosineAnnealingLR"
+    assert not [name for name in settings if name.startswith("_") or "._" in name]
 
     # The saved config reproduces the run.
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    saved_config = (run_dir / "config.yaml").read_text()
+    saved = yaml.safe_load(saved_config)
     assert saved["trainer"]["max_epochs"] == 3 and saved["optimizer"]["init_args"]["lr"] == 0.002
 
+    # test and predict of the run's checkpoints write into that run: no new version_N.
     run_main("test", "--ckpt_path=best", "--trainer.enable_progress_bar=false")
     out = capsys.readouterr().out
-    assert "best-" in out
-    test_run = runs(tmp_path)[-1]
-    accuracy = tensorboard_scalars(test_run)["test/acc"][-1]
+    assert "--ckpt_path=best: " in out and "version_0" in out and "val/acc " in out
+    assert f"Test scores logged to {Path('logs') / 'lightning_logs' / 'version_0'}" in out
+    assert runs(tmp_path) == [run_dir] and (run_dir / "config.yaml").read_text() == saved_config
+    points = tensorboard_points(run_dir)
+    ((step, accuracy),) = points["test/acc"]
     assert accuracy > 0.8, f"3 epochs should already be far above chance (0.1), got {accuracy}"
+    (best,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    saved_at = torch.load(best, map_location="cpu", weights_only=False)["global_step"]
+    assert step == saved_at, "the test score sits at the step its checkpoint was saved"
 
     run_main("predict", "--ckpt_path=last", "--trainer.enable_progress_bar=false")
-    with (runs(tmp_path)[-1] / "predictions.csv").open() as file:
+    assert runs(tmp_path) == [run_dir]
+    with (run_dir / "predictions.csv").open() as file:
         rows = list(csv.DictReader(file))
     assert len(rows) == 359
     correct = sum(row["predicted"] == row["target"] for row in rows)

@@ -82,6 +82,7 @@ def tensorboard_server(logdir: Path) -> Iterator[TensorBoard]:
 @pytest.mark.slow
 def test_tensorboard_serves_the_runs_scalars_hparams_and_pictures(run_main, tmp_path):
     run_main("fit", "--trainer.max_epochs=2", "--trainer.callbacks.every_n_epochs=1", QUIET)
+    run_main("test", "--ckpt_path=best", QUIET)  # into the same run
     (run_dir,) = (tmp_path / "logs").glob("*/version_0")
     run = f"{run_dir.parent.name}/{run_dir.name}"
 
@@ -92,11 +93,13 @@ def test_tensorboard_serves_the_runs_scalars_hparams_and_pictures(run_main, tmp_
         accuracy = tensorboard.get("/data/plugin/scalars/scalars", run=run, tag="val/acc")
         assert len(accuracy) == 2 and all(0 <= value <= 1 for _, _, value in accuracy)
 
-        # Hparams: the model's and the data's settings, with the validation accuracy as the metric.
+        # HParams: the settings under their config names, the run's scores (test's too) as metrics.
         experiment = tensorboard.post("/data/plugin/hparams/experiment", {"experimentName": ""})
         names = {info["name"] for info in experiment["hparamInfos"]}
-        assert {"network/init_args/width", "network/init_args/dropout", "batch_size"} <= names
-        assert "hp_metric" in {info["name"]["tag"] for info in experiment["metricInfos"]}
+        assert {"optimizer.lr", "model.network.width", "data.batch_size", "trainer.precision"} <= names
+        metrics = {info["name"]["tag"] for info in experiment["metricInfos"]}
+        assert {"val/acc", "val/acc_best", "test/acc"} <= metrics and "hp_metric" not in metrics
+        assert not [name for name in names if name.startswith("_")], "no private entries"
 
         # Pictures: both tags; the confusion matrix once per epoch, served as PNG files.
         image_tags = tensorboard.get("/data/plugin/images/tags")[run]

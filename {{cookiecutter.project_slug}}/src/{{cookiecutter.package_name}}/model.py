@@ -61,8 +61,6 @@ class Classifier(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._log_epoch("val", self.val_acc, self.val_loss)
-        # The hparams tab in TensorBoard shows `hp_metric`: make it the validation accuracy.
-        self.log("hp_metric", self.val_acc)
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, self.test_acc, self.test_loss)

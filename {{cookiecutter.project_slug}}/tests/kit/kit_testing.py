@@ -92,15 +92,39 @@ def run_fixtures_here(monkeypatch: pytest.MonkeyPatch, *args: str) -> None:
 
 def tensorboard_scalars(run_dir: Path) -> dict[str, list[float]]:
     """Every scalar series in a run folder's TensorBoard event files, by tag."""
+    return {tag: [value for _, value in points] for tag, points in tensorboard_points(run_dir).items()}
+
+
+def tensorboard_points(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series as (step, value) points, event file by event file (oldest first)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    series: dict[str, list[float]] = {}
+    series: dict[str, list[tuple[int, float]]] = {}
     for events in sorted(run_dir.glob("events.out.tfevents.*")):
         accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
         accumulator.Reload()
         for tag in accumulator.Tags()["scalars"]:
-            series.setdefault(tag, []).extend(event.value for event in accumulator.Scalars(tag))
+            series.setdefault(tag, []).extend((event.step, event.value) for event in accumulator.Scalars(tag))
     return series
+
+
+def tensorboard_settings(run_dir: Path) -> dict[str, Any]:
+    """The settings a run's session shows in TensorBoard's HParams tab (its plugin's own parser)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata
+
+    settings: dict[str, Any] = {}
+    for events in sorted(run_dir.glob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events)).Reload()
+        contents = accumulator.PluginTagToContent(metadata.PLUGIN_NAME)
+        assert metadata.EXPERIMENT_TAG not in contents, (
+            "a run's own experiment summary hides the others' settings"
+        )
+        if metadata.SESSION_START_INFO_TAG in contents:
+            start = metadata.parse_session_start_info_plugin_data(contents[metadata.SESSION_START_INFO_TAG])
+            for name, value in start.hparams.items():
+                settings[name] = getattr(value, value.WhichOneof("kind"))
+    return settings
 
 
 def extra(module: str, name: str) -> Any:

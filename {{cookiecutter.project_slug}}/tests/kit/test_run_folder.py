@@ -55,6 +55,8 @@ def test_tensorboard_and_csv_share_one_new_version(tmp_path):
     trainer = trainer_settings(tmp_path, (TENSORBOARD, "tb"), (CSV, "csv"))
     run_folder = folder_for(trainer)
     assert [spec.init_args.version for spec in trainer.logger] == [3, 3]
+    kit = "{{ cookiecutter.package_name }}.kit.run_loggers"
+    assert [spec.class_path for spec in trainer.logger] == [f"{kit}.TensorBoardLogger", f"{kit}.CSVLogger"]
     assert run_folder.path == tmp_path / "tb" / "runs" / "version_3", "the first one's folder"
 
 
@@ -104,6 +106,37 @@ def test_best_and_last_are_the_newest_runs_and_never_guessed(tmp_path):
         run_folder.find("best")
     with pytest.raises(RunFolderError, match=r"--ckpt_path=last: no last.ckpt in any run under"):
         folder_for(trainer_settings(tmp_path / "elsewhere")).find("last")
+
+
+def scored_checkpoint(run: Path, name: str, score: float, age: float) -> Path:
+    """A checkpoint as BestCheckpoint writes it: its callback state names the file and its score."""
+    path = checkpoint(run, name, age)
+    state = {"monitor": "val/acc", "best_model_score": torch.tensor(score), "best_model_path": str(path)}
+    torch.save(
+        {
+            "epoch": 2,
+            "global_step": 60,
+            "callbacks": {"BestCheckpoint{'monitor': 'val/acc', 'mode': 'max'}": state},
+        },
+        path,
+    )
+    when = time.time() - age
+    os.utime(path, (when, when))
+    return path
+
+
+def test_best_names_its_run_and_score_and_a_better_run_with_the_flag_to_take_it(tmp_path):
+    runs = tmp_path / "lightning_logs"
+    better = scored_checkpoint(runs / "version_0", "best-epoch002-step000060.ckpt", 0.994, age=10)
+    newest = scored_checkpoint(runs / "version_1", "best-epoch002-step000060.ckpt", 0.961, age=1)
+    run_folder = folder_for(trainer_settings(tmp_path))
+    assert run_folder.find("best") == newest
+    line = run_folder.describe_pick("best", newest)
+    assert line.startswith(
+        f"--ckpt_path=best: {newest} (the newest run with one, version_1; val/acc 0.961, epoch 2"
+    )
+    assert line.endswith(f"version_0 scored higher (val/acc 0.994, epoch 2, step 60): --ckpt_path={better}")
+    assert "scored higher" not in run_folder.describe_pick("best", better)
 
 
 def test_a_run_folder_is_fitted_by_one_process_at_a_time(tmp_path):

@@ -8,8 +8,8 @@ larger batches after its forward pass (see `kit_fixtures`), per DDP rank if need
 import copy
 import json
 import random
+import warnings
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import numpy as np
@@ -22,7 +22,14 @@ from {{ cookiecutter.package_name }}.kit import tuning
 from {{ cookiecutter.package_name }}.kit.tuning import BatchSizeTuner, largest_fitting
 
 from kit_fixtures import LR, Blobs, TinyModel
-from kit_testing import QUICK, requires_gpus, run_fixtures, run_fixtures_here, tensorboard_scalars
+from kit_testing import (
+    QUICK,
+    requires_gpus,
+    run_fixtures,
+    run_fixtures_here,
+    tensorboard_scalars,
+    tensorboard_settings,
+)
 
 DDP_AUTO = (
     *("--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"),
@@ -163,22 +170,6 @@ def test_a_model_the_search_cannot_step_is_refused_with_the_fix():
 # --- Inside a run ---------------------------------------------------------------------------
 
 
-def tensorboard_hparams(run_dir: Path) -> dict[str, Any]:
-    """The hyperparameters TensorBoard's HPARAMS tab shows for a run."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
-
-    for events in sorted(run_dir.glob("events.out.tfevents.*")):
-        accumulator = EventAccumulator(str(events))
-        accumulator.Reload()
-        for content in accumulator.PluginTagToContent("hparams").values():
-            data = HParamsPluginData.FromString(content)
-            if data.HasField("session_start_info"):
-                values = data.session_start_info.hparams
-                return {name: getattr(value, value.WhichOneof("kind")) for name, value in values.items()}
-    return {}
-
-
 def test_auto_trains_with_the_size_found_and_the_config_reruns_it(
     tmp_path, monkeypatch, capsys, memory_limit
 ):
@@ -191,7 +182,7 @@ def test_auto_trains_with_the_size_found_and_the_config_reruns_it(
     assert "batch_size=auto: training with 45 per device" in capsys.readouterr().out  # 50, less 10%
     (run_dir,) = (tmp_path / "lightning_logs").glob("version_*")
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["data"]["batch_size"] == 45
-    assert tensorboard_hparams(run_dir)["batch_size"] == 45
+    assert tensorboard_settings(run_dir)["data.batch_size"] == 45, "the size trained with, in HParams"
     tuned = tensorboard_scalars(run_dir)
     assert tuned["lr-Adam"][0] == pytest.approx(LR * 45 / 64)
     assert len(tuned["train/loss"]) == 2 * 6  # 270 training samples in batches of 45: 6 per epoch
@@ -201,6 +192,25 @@ def test_auto_trains_with_the_size_found_and_the_config_reruns_it(
     assert "batch_size=auto" not in capsys.readouterr().out
     rerun = tensorboard_scalars(tmp_path / "lightning_logs" / "version_1")
     assert rerun["lr-Adam"] == tuned["lr-Adam"] and rerun["train/loss"] == tuned["train/loss"]
+
+
+def test_a_size_that_leaves_short_epochs_logs_every_epoch(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*smaller than the logging interval")  # Lightning's
+        run_fixtures_here(
+            monkeypatch,
+            "fit",
+            *QUICK,
+            "--trainer.max_epochs=2",
+            "--data.samples=270",
+            "--data.batch_size=auto",
+        )
+    out = capsys.readouterr().out
+    assert "training with 270 per device" in out, "all of the 270 samples: one batch an epoch"
+    assert "batch_size=auto: logging every step, an epoch at this size (not 50)" in out
+    (run_dir,) = (tmp_path / "lightning_logs").glob("version_*")
+    assert len(tensorboard_scalars(run_dir)["train/loss"]) == 2, "a point each epoch"
 
 
 # --- Under DDP: two CPU processes ----------------------------------------------------------

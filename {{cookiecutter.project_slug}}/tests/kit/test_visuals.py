@@ -140,7 +140,10 @@ def test_a_short_fit_writes_pictures_graph_and_hparams(tmp_path, monkeypatch):
     first_grid = accumulator.Images("val/samples")[0]
     assert (first_grid.width, first_grid.height) == (8 * 36, 4 * 36), "32 samples, 8 per row"
     assert accumulator.Tags()["graph"], "the model graph is in the GRAPHS tab"
-    assert "_hparams_/experiment" in accumulator.PluginTagToContent("hparams")
+    hparams = accumulator.PluginTagToContent("hparams")
+    assert "_hparams_/session_start_info" in hparams and "_hparams_/experiment" not in hparams, (
+        "a session, merged"
+    )
 
     # The validation split holds 60 images; every one is counted in the confusion matrix.
     assert all(" of 60." in summary for summary in text(accumulator, "val/confusion_matrix"))

@@ -36,10 +36,12 @@ def test_two_processes_train_and_test_every_row_once(tmp_path):
     assert len(tensorboard_scalars(fit_run)["val/r2"]) == 2  # logged once per epoch, by rank 0
     run(tmp_path, "test", "--ckpt_path=best", *DDP_CPU)
     run(tmp_path, "test", "--ckpt_path=best", "--trainer.accelerator=cpu", "--trainer.devices=1")
-    two_ranks, one_device = (tensorboard_scalars(run_dir) for run_dir in runs(tmp_path)[1:])
+    assert runs(tmp_path) == [fit_run], "both tests wrote into the run they evaluated"
+    two_ranks, one_device = zip(
+        *(tensorboard_scalars(fit_run)[name] for name in ("test/mse", "test/r2")), strict=True
+    )
     # Each test row counted once across ranks: the same MSE and R² as on one device.
-    for name in ("test/mse", "test/r2"):
-        assert two_ranks[name] == pytest.approx(one_device[name], rel=1e-5)
+    assert two_ranks == pytest.approx(one_device, rel=1e-5)
 
 
 def test_batch_size_auto_under_ddp_agrees_on_one_size(tmp_path):

@@ -93,10 +93,19 @@ class BestCheckpoint(SettledCheckpoint):
         # (step, file) of a checkpoint written by the latest on_train_epoch_end: LastCheckpoint,
         # which saves next in that hook, copies it instead of serialising the same state again.
         self.written_at_epoch_end: tuple[int, Path] | None = None
+        self._validated_at: int | None = None  # the step of the latest validation scores
+        self._best_logged_at: int | None = None  # and of the latest val/acc_best
 
     def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
         """Nothing: this one saves after validation only, where ModelCheckpoint would check its
         step and time triggers (none here) at every training step."""
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        self._validated_at = internals.logging_step(trainer)  # where the validation scores went
+        # ModelCheckpoint decides in this hook or at the epoch's end (validation once an epoch).
+        if not self._should_save_on_train_epoch_end(trainer):
+            self.log_best_score(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         kept = set(self.best_k_models)
@@ -104,6 +113,21 @@ class BestCheckpoint(SettledCheckpoint):
         new = set(self.best_k_models) - kept
         written = not self.save_weights_only and len(new) == 1
         self.written_at_epoch_end = (trainer.global_step, Path(new.pop())) if written else None
+        if self._should_save_on_train_epoch_end(trainer):
+            self.log_best_score(trainer)
+
+    def log_best_score(self, trainer: L.Trainer) -> None:
+        """`<monitor>_best` (val/acc_best) at the step of the validation scores just judged: the
+        score of the checkpoint kept so far, the number to compare runs by (TensorBoard's HParams
+        tab lists it beside the run's settings)."""
+        if self.best_model_score is None or trainer.sanity_checking or not trainer.loggers:
+            return
+        step = internals.logging_step(trainer) if self._validated_at is None else self._validated_at
+        if step == self._best_logged_at:  # once a validation
+            return
+        self._best_logged_at = step
+        for logger in trainer.loggers:
+            logger.log_metrics({f"{self.monitor}_best": float(self.best_model_score)}, step=step)
 
 
 class LearningRateMonitor(callbacks.LearningRateMonitor):

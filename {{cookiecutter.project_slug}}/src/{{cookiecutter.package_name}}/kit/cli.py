@@ -222,7 +222,8 @@ class KitCLI(LightningCLI):
         if config.ckpt_path in ("best", "last"):
             which = config.ckpt_path
             config.ckpt_path = str(self.run_folder.find(which))
-            print(f"Using {which} checkpoint: {config.ckpt_path}")
+            if rank_zero_only.rank == 0:
+                print(self.run_folder.describe_pick(which, Path(config.ckpt_path)))
         if not resume.is_local(config.ckpt_path):
             return None
         resume.check_whole(Path(config.ckpt_path))
@@ -339,7 +340,7 @@ class KitCLI(LightningCLI):
 
     def after_fit(self) -> None:
         """Where the run went: its folder, its best checkpoint with the score, what to run next."""
-        lines = [f"Run folder: {self.run_folder.path} (tensorboard --logdir {self.trainer.default_root_dir})"]
+        lines = [f"Run folder: {self.run_folder.path} (tensorboard --logdir {self.run_folder.runs.parent})"]
         best = self.best_checkpoint
         if best is not None and best.best_model_path and best.best_model_score is not None:
             score = f"{best.monitor} {float(best.best_model_score):.4g}"
@@ -349,6 +350,20 @@ class KitCLI(LightningCLI):
             lines.append("Next: python main.py test --ckpt_path=best")
         if self.trainer.is_global_zero:
             print("\n".join(lines), flush=True)
+
+    def after_validate(self) -> None:
+        self.say_where_scores_went("Validation")
+
+    def after_test(self) -> None:
+        self.say_where_scores_went("Test")
+
+    def say_where_scores_went(self, stage: str) -> None:
+        """One line after the scores table: the run folder that holds them (the checkpoint's own run)."""
+        if not self.trainer.loggers or not self.trainer.is_global_zero:
+            return
+        beside = ", the run its checkpoint came from" if self.run_folder.evaluates else ""
+        tensorboard = f"tensorboard --logdir {self.run_folder.runs.parent}"
+        print(f"{stage} scores logged to {self.run_folder.path}{beside} ({tensorboard})", flush=True)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]

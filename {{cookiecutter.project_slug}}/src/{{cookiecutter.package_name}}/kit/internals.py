@@ -63,3 +63,13 @@ def subcommand_defaults(cli: Any, subcommand: str) -> Any:
     subcommand's parser only in a private dict (`_subcommand_parsers`).
     """
     return cli._subcommand_parsers[subcommand].get_defaults(skip_validation=True)
+
+
+def logging_step(trainer: L.Trainer) -> int:
+    """The step Lightning's own logging puts a scalar at (the optimizer steps taken so far).
+
+    Why: a scalar a callback logs to the loggers directly (the best score so far) belongs on the
+    same x-axis as the module's `self.log` curves; Lightning's LearningRateMonitor reads the same
+    counter, which has no public name (`trainer.global_step` counts each optimizer of a GAN).
+    """
+    return trainer.fit_loop.epoch_loop._batches_that_stepped

@@ -13,6 +13,7 @@ from .errors import UsageError
 
 # Schedulers whose own docs say to step them after every batch, not every epoch.
 PER_STEP_SCHEDULERS = (OneCycleLR, CyclicLR)
+LEARNING_RATE_CURVE = "train/lr"
 
 
 def configure_optimizers(
@@ -25,7 +26,9 @@ def configure_optimizers(
     else what the best checkpoint watches (`checkpoint.monitor`), so a project names it once."""
     if lr_scheduler is None:
         return optimizer
-    scheduler: dict[str, Any] = {"scheduler": lr_scheduler}
+    # The learning-rate curve's name (LearningRateMonitor's documented `name` key): train/lr
+    # beside train/loss in TensorBoard, not `lr-AdamW` in a group of its own, opened first.
+    scheduler: dict[str, Any] = {"scheduler": lr_scheduler, "name": LEARNING_RATE_CURVE}
     if isinstance(lr_scheduler, ReduceLROnPlateau):
         scheduler["monitor"] = plateau_monitor(lightning_module, lr_scheduler)
     if isinstance(lr_scheduler, PER_STEP_SCHEDULERS):

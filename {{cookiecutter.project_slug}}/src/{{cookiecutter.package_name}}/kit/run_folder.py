@@ -28,24 +28,42 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import lightning as L
+import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
 
-from . import trackers
+from . import run_loggers, trackers
 from .errors import KitError
 from .files import blocking_file, missing_folders, write_atomically
 
+
+def class_path(cls: type) -> str:
+    """The dotted path a config file names a class by."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 # Loggers that write `<save_dir>/<name>/version_N` run folders.
 RUN_FOLDER_LOGGERS = (TensorBoardLogger, CSVLogger)
+# Lightning's, by each name a config may give it, and the kit's subclass built in its place.
+RUN_LOGGERS = {
+    f"{module}.{lightning.__name__}": class_path(ours)
+    for lightning, ours in (
+        (TensorBoardLogger, run_loggers.TensorBoardLogger),
+        (CSVLogger, run_loggers.CSVLogger),
+    )
+    for module in ("lightning.pytorch.loggers", lightning.__module__)
+}
 TRACKERS_FILE = trackers.TRACKERS_FILE
 LOCK_FILE = ".fit.lock"
 
@@ -80,6 +98,7 @@ class RunFolder:
         self.default_logger = True  # `trainer.logger` unset: Lightning's default TensorBoard logger
         self.version: int | str | None = None  # chosen when first needed; a resumed run's N
         self.resumed = False  # `fit` continues a run folder that already exists
+        self.evaluates = False  # validate/test/predict write into the run that trained the checkpoint
         self.new = False  # this process chose the next free version: the folder is this run's own
         self.tracker_runs: dict[str, Any] = {}  # trackers.json of the run this one continues
         self.recipe: Namespace | None = None  # the subcommand's settings as asked: config.yaml
@@ -136,6 +155,23 @@ class RunFolder:
             "Train first with `python main.py fit`, or pass a checkpoint file as --ckpt_path=PATH."
         )
 
+    def describe_pick(self, which: str, checkpoint: Path) -> str:
+        """The console line for `--ckpt_path=best|last`: the file, its run and how far it trained
+        (and its score); for `best`, an earlier run whose best scored higher, and how to take it."""
+        picked = checkpoint_summary(checkpoint)
+        run = checkpoint.parent.parent.name
+        line = f"--ckpt_path={which}: {checkpoint} (the newest run with one, {run}; {picked.text})"
+        if which != "best" or picked.score is None:
+            return line
+        best, best_path = picked, checkpoint
+        for other in self.runs.glob("version_*/checkpoints/best-*.ckpt"):
+            rival = checkpoint_summary(other)
+            if rival.beats(best):
+                best, best_path = rival, other
+        if best_path == checkpoint:
+            return line
+        return f"{line}. {best_path.parent.parent.name} scored higher ({best.text}): --ckpt_path={best_path}"
+
     def continue_run(self, checkpoint: Path, resume: bool) -> None:
         """A checkpoint of one of our runs: its trackers' runs continue; with `resume` (fit), the
         run folder too, locked at once against a second `fit` of it."""
@@ -144,12 +180,15 @@ class RunFolder:
             return
         records = run / TRACKERS_FILE
         self.tracker_runs = json.loads(records.read_text()) if records.is_file() else {}
+        if self.version is None:
+            self.version = version_number(run)
+        here = self.path.resolve() == run
         if resume:
-            if self.version is None:
-                self.version = version_number(run)
-            self.resumed = self.path.resolve() == run
+            self.resumed = here
             if self.resumed and rank_zero_only.rank == 0:
                 self.lock()
+        else:  # validate, test, predict: their results go beside the training that made the checkpoint
+            self.evaluates = here
 
     # --- This run ------------------------------------------------------------------------------
 
@@ -194,6 +233,8 @@ class RunFolder:
                 init_args=Namespace(save_dir=str(self.root_dir), name="lightning_logs"),
             )
         self.specs = logger_specs(trainer)  # (LightningCLI may have parsed the config anew since `read`)
+        for spec in self.specs:  # Lightning's own two, as the kit's (run_loggers.py)
+            spec.class_path = RUN_LOGGERS.get(spec.class_path, spec.class_path)
         version = self.choose_version()
         for spec in self.folder_specs():
             spec.init_args.version = version
@@ -292,6 +333,25 @@ class RunConfig(SaveConfigCallback):
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A new run's settings to TensorBoard's HParams tab, as trained (a tuned batch size too)."""
+        if self.run_folder.resumed or not trainer.is_global_zero:
+            return
+        loggers = [logger for logger in trainer.loggers if isinstance(logger, run_loggers.TensorBoardLogger)]
+        if loggers:
+            settings = run_loggers.comparable_settings(yaml.safe_load(self.parser.dump(self.config)), trainer)
+            for logger in loggers:
+                logger.log_settings(settings)
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """validate/test/predict log at the step their checkpoint was saved: beside its curves."""
+        if trainer.state.fn != TrainerFn.FITTING:
+            for logger in trainer.loggers:
+                if isinstance(logger, run_loggers.EvaluationStep):
+                    logger.at_checkpoint_step(int(checkpoint.get("global_step", 0)))
+
     def record(self, trainer: L.Trainer, key: str, value: Any) -> None:
         """Rewrite config.yaml (rank 0) with one setting found during the run, e.g. the batch size
         `auto` settled on, so that `fit -c config.yaml` runs the same without searching again."""
@@ -310,12 +370,55 @@ class RunConfig(SaveConfigCallback):
         artifact too), and the trackers' run ids into the run folder."""
         text = self.parser.dump(self.config, skip_none=False)
         config_file = self.run_folder.path / self.config_filename
-        write_atomically(config_file, text)
+        if not self.run_folder.evaluates:  # an evaluation keeps the recipe of the run it evaluates
+            write_atomically(config_file, text)
         tracking = [logger for logger in trainer.loggers if isinstance(logger, trackers.Tracker)]
         for tracker in tracking:
             tracker.log_config(yaml.safe_load(text), config_file if stage == "fit" else None)
         if tracking and stage == "fit":
             self.run_folder.record_trackers(tracking)
+
+
+class CheckpointSummary(NamedTuple):
+    """How far a checkpoint trained and, for a best checkpoint, the score it was kept for."""
+
+    epoch: int
+    step: int
+    monitor: str | None = None
+    score: float | None = None
+    mode: str = "max"
+
+    @property
+    def text(self) -> str:
+        trained = f"epoch {self.epoch}, step {self.step}"
+        return trained if self.score is None else f"{self.monitor} {self.score:.4g}, {trained}"
+
+    def beats(self, other: "CheckpointSummary") -> bool:
+        """A better score for the same metric."""
+        if (
+            self.score is None
+            or other.score is None
+            or (self.monitor, self.mode) != (other.monitor, other.mode)
+        ):
+            return False
+        return self.score > other.score if self.mode == "max" else self.score < other.score
+
+
+def checkpoint_summary(path: Path) -> CheckpointSummary:
+    """Read from the checkpoint (memory-mapped): its epoch and step, and the score of the best
+    checkpoint callback that wrote this very file, if one did."""
+    checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    summary = CheckpointSummary(checkpoint.get("epoch", 0), checkpoint.get("global_step", 0))
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        if not isinstance(state, dict) or state.get("best_model_score") is None:
+            continue
+        if Path(str(state.get("best_model_path") or "")).name == path.name:
+            mode = re.search(r"'mode': '(min|max)'", str(key))
+            score = float(state["best_model_score"])
+            return summary._replace(
+                monitor=state.get("monitor"), score=score, mode=mode[1] if mode else "max"
+            )
+    return summary
 
 
 def runs_of(init_args: Any) -> Path:
@@ -328,11 +431,6 @@ def logger_specs(trainer: Any) -> list[Any]:
     logger = trainer.get("logger")
     loggers = logger if isinstance(logger, list) else [logger]
     return [spec for spec in loggers if isinstance(spec, Namespace) and spec.get("init_args") is not None]
-
-
-def class_path(cls: type) -> str:
-    """The dotted path a config file names a class by."""
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _writes_run_folders(spec: Any) -> bool:

@@ -100,6 +100,7 @@ class BatchSizeTuner(Callback):
         datamodule = trainer.datamodule
         if tunes_batch_size(datamodule):
             record_batch_size(trainer, datamodule, self.tune(trainer, pl_module, datamodule))
+            log_every_epoch(trainer, datamodule)
         if self.scale_lr == "linear":
             scale_learning_rates(trainer, datamodule.batch_size / self.reference_batch_size)
 
@@ -229,6 +230,21 @@ def record_batch_size(trainer: L.Trainer, datamodule: L.LightningDataModule, bat
     for callback in trainer.callbacks:
         if isinstance(callback, RunConfig):
             callback.record(trainer, "data.batch_size", batch_size)
+
+
+def log_every_epoch(trainer: L.Trainer, datamodule: L.LightningDataModule) -> None:
+    """Where the size found leaves fewer batches in an epoch than `log_every_n_steps`, log every
+    epoch's worth: a size the user did not choose should not leave train/loss without points
+    (Lightning would warn that the interval is longer than an epoch)."""
+    batches = math.ceil(
+        samples_per_device(datamodule.train_dataloader(), trainer.world_size) / datamodule.batch_size
+    )
+    if 0 < batches < trainer.log_every_n_steps:
+        if trainer.is_global_zero:
+            every = f"every {batches} steps" if batches > 1 else "every step"
+            asked = trainer.log_every_n_steps
+            print(f"batch_size=auto: logging {every}, an epoch at this size (not {asked})")
+        trainer.log_every_n_steps = batches
 
 
 def scale_learning_rates(trainer: L.Trainer, factor: float) -> None:

@@ -67,8 +67,6 @@ class Regressor(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         # Metric objects, logged once per epoch: computed over all DDP ranks, then reset.
         self.log_dict(self.val_metrics)
-        # The hparams tab in TensorBoard shows `hp_metric`: make it the validation R².
-        self.log("hp_metric", self.val_metrics["r2"])
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         features, targets = batch
