@@ -58,7 +58,7 @@ def next_steps(project_dir: Path, torch_build: str) -> str:
     lines = [f"  {command.ljust(width)}  # {why}" if why else f"  {command}" for command, why in commands]
     with_uv = (
         f"Or with uv (pip install uv), torch's {torch_build} build included: "
-        "uv sync --extra dev && uv run main.py fit"
+        "uv sync --compile-bytecode --extra dev && uv run main.py fit"
     )
     return "\n".join(
         ["", f"Created {project_dir.name}. Next steps (in a fresh virtual environment):", *lines, with_uv]

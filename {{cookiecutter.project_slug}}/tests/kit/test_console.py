@@ -115,4 +115,5 @@ def test_ctrl_c_stops_a_server_in_one_line_with_exit_code_130(trained):
     # Not in any process: the server's, the HTTP server's (uvicorn re-raises the signal it
     # handled) or the inference worker's.
     assert "Traceback" not in output and "KeyboardInterrupt\n" not in output, output[-3000:]
+    assert "KeyboardInterrupt received" not in output, "LitServe's line: the kit's says it"
     assert stopped.stderr.strip().splitlines()[-1] == "Stopped serving (SIGINT).", stopped.stderr[-1000:]

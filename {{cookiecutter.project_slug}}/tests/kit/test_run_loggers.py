@@ -90,6 +90,7 @@ def test_comparable_settings_names_classes_and_leaves_out_what_compares_nothing(
         "model": "Net",
         "model.network": "Conv",
         "model.network.width": 8,
+        "model.network.shape": "[1, 8]",
         "data.batch_size": 32,
         "optimizer": "Adam",
         "optimizer.lr": 0.1,
@@ -101,4 +102,4 @@ def test_comparable_settings_names_classes_and_leaves_out_what_compares_nothing(
         "trainer.precision": "32-true",
         "trainer.max_epochs": 3,
         "trainer.accumulate_grad_batches": 1,
-    }, "no list, no unset path, no private key, no trainer setting of where to write"
+    }, "no unset path, no private key, no trainer setting of where to write"

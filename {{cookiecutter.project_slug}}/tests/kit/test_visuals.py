@@ -14,11 +14,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from {{ cookiecutter.package_name }}.kit.visuals import (
     CORRECT,
+    INK,
     WRONG,
     ValidationImages,
     confusion_image,
+    heat_map,
     sample_grid,
     scatter_image,
+    text_mask,
     top_mistakes_markdown,
 )
 
@@ -41,9 +44,27 @@ def text(accumulator: EventAccumulator, tag: str) -> list[str]:
     return [event.tensor_proto.string_val[0].decode() for event in accumulator.Tensors(f"{tag}/text_summary")]
 
 
-def test_confusion_image_shades_each_true_class_by_share():
+def test_confusion_image_names_its_axes_and_numbers_its_classes():
     counts = torch.tensor([[3, 1], [0, 4]])
     image = confusion_image(counts, size=40)
+    heat = heat_map(counts, size=40)
+    inked, shaded = (image == INK).all(dim=0), (image != 1).any(dim=0)
+    top = int(torch.nonzero(shaded.any(dim=1) & ~inked.any(dim=1))[0])  # first row of shade, no ink
+    left = int(torch.nonzero(shaded[top])[0])
+    assert torch.equal(image[:, top : top + 40, left : left + 40], heat), "the matrix, bottom right"
+    above, beside = image[:, :top, left:], image[:, top:, :left]
+    numbers = text_mask("0").sum() + text_mask("1").sum()
+    assert inked[:top, left:].sum() == text_mask("PREDICTED").sum() + numbers, "the columns' name and numbers"
+    assert inked[top:, :left].sum() == text_mask("TRUE").sum() + numbers, "the rows' name and numbers"
+    assert not inked[top:, left:].any() and above.min() == beside.min() == INK
+    # Too many classes for their numbers to fit a cell: the axis names alone.
+    many = confusion_image(torch.eye(100, dtype=torch.long), size=300)
+    assert (many == INK).all(dim=0).sum() == text_mask("PREDICTED").sum() + text_mask("TRUE").sum()
+
+
+def test_heat_map_shades_each_true_class_by_share():
+    counts = torch.tensor([[3, 1], [0, 4]])
+    image = heat_map(counts, size=40)
     assert image.shape == (3, 40, 40) and image.min() >= 0 and image.max() <= 1
     cell = {(row, col): image[:, row * 20 + 10, col * 20 + 10] for row in (0, 1) for col in (0, 1)}
     assert torch.equal(cell[1, 0], torch.ones(3)), "a confusion that never happened is white"
@@ -70,6 +91,8 @@ def test_top_mistakes_lists_the_most_frequent_confusion_first_and_never_a_right_
     assert lines[0].startswith("Correct: 15 of 19.")
     rows = [line for line in lines if re.fullmatch(r"\| \d \| \d \| \d+ \|", line)]
     assert rows == ["| 2 | 0 | 3 |", "| 0 | 2 | 1 |"]
+    named = top_mistakes_markdown(counts, class_names=["cat", "dog", "fox"]).splitlines()
+    assert "| 2 (fox) | 0 (cat) | 3 |" in named, "the DataModule's class names beside the numbers"
 
 
 def fake_trainer(fn: TrainerFn, epoch: int = 0, sanity_checking: bool = False) -> SimpleNamespace:

@@ -18,7 +18,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from {{ cookiecutter.package_name }}.data import DiabetesDataModule
 
-from conftest import PROJECT_ROOT, extra, main_py_process, main_py_started, tensorboard_scalars
+from conftest import (
+    PROJECT_ROOT,
+    extra,
+    main_py_process,
+    main_py_started,
+    tensorboard_scalars,
+    tensorboard_settings,
+)
 from kit_testing import free_port, post_json, stop_server, wait_until_serving
 
 QUIET = ("--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false")
@@ -59,6 +66,9 @@ def test_the_defaults_beat_a_linear_fit_and_tensorboard_shows_it(trained):
         assert scalars.get(tag), f"{tag} missing from TensorBoard: {sorted(scalars)}"
     assert scalars["val/mse"][-1] < 0.9 * scalars["val/mse"][0] and scalars["val/r2"][-1] > 0.4
     assert scalars["val/mse_best"][-1] == pytest.approx(min(scalars["val/mse"]))  # kept by the lowest
+    settings = tensorboard_settings(fit_run)  # the HParams tab's row for this run
+    assert settings["model.network"] == "MLP" and settings["model.network.hidden_sizes"] == "[32]"
+    assert settings["optimizer.lr"] > 0 and settings["data.batch_size"] > 0
     (best,) = (fit_run / "checkpoints").glob("best-*.ckpt")  # kept by the lowest val/mse
     assert torch.load(best, weights_only=False)["callbacks"]  # a real checkpoint, not a stub
     events = EventAccumulator(str(fit_run), size_guidance={"images": 0}).Reload()

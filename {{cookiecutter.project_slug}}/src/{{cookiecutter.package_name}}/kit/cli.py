@@ -219,14 +219,14 @@ class KitCLI(LightningCLI):
         without one (or for a URL, which Lightning reads itself)."""
         if not config.get("ckpt_path"):
             return None
-        if config.ckpt_path in ("best", "last"):
-            which = config.ckpt_path
+        which = config.ckpt_path if config.ckpt_path in ("best", "last") else None
+        if which is not None:
             config.ckpt_path = str(self.run_folder.find(which))
-            if rank_zero_only.rank == 0:
-                print(self.run_folder.describe_pick(which, Path(config.ckpt_path)))
         if not resume.is_local(config.ckpt_path):
             return None
         resume.check_whole(Path(config.ckpt_path))
+        if which is not None and rank_zero_only.rank == 0:
+            print(self.run_folder.describe_pick(which, Path(config.ckpt_path)))
         return Path(config.ckpt_path)
 
     def data_to_adopt(self, saved: dict[str, Any], asked: dict[str, Any], subcommand: str) -> dict[str, Any]:

@@ -33,22 +33,34 @@ NOT_ACTIONABLE = (
     # own, so that folder holds files only when a run resumes into it).
     (r"Checkpoint directory .+[/\\]checkpoints exists and is not empty\.$", r"lightning\.pytorch\.callbacks"),
 )
-# Lightning's advertisements for its cloud services (litlogger, litmodels), logged as info.
-ADVERTISEMENT = "💡 Tip:"
+# Log lines no setting changes, by the logger that writes them: (logger, the lines' start).
+NOT_ACTIONABLE_LOGS = (
+    # Lightning's advertisements for its cloud services (litlogger, litmodels), logged as info.
+    ("lightning.pytorch.utilities.rank_zero", "💡 Tip:"),
+    # MLflow's first run on a new local store: the kit chose that store (trackers.py).
+    ("mlflow.store.db.utils", "Creating initial MLflow database tables"),
+    # Ctrl-C or SIGTERM stopping `serve`: the kit says "Stopped serving (SIGINT)." itself.
+    ("litserve.server", "KeyboardInterrupt received"),
+)
 
 
-class _NoAdvertisements(logging.Filter):
+class _NotActionable(logging.Filter):
+    def __init__(self, start: str) -> None:
+        super().__init__()
+        self.start = start
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(ADVERTISEMENT)
+        return not str(record.msg).startswith(self.start)
 
 
 def quiet_known_noise() -> None:
-    """Install the filters above (idempotent: warnings and logging dedupe them)."""
+    """Install the filters above (idempotent: warnings dedupe them, and each logger gets one)."""
     for message, module in NOT_ACTIONABLE:
         warnings.filterwarnings("ignore", message=message, module=module)
-    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    if not any(isinstance(existing, _NoAdvertisements) for existing in logger.filters):
-        logger.addFilter(_NoAdvertisements())
+    for name, start in NOT_ACTIONABLE_LOGS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(existing, _NotActionable) for existing in logger.filters):
+            logger.addFilter(_NotActionable(start))
 
 
 class ConciseParser(LightningArgumentParser):

@@ -165,7 +165,10 @@ class RunFolder:
             return line
         best, best_path = picked, checkpoint
         for other in self.runs.glob("version_*/checkpoints/best-*.ckpt"):
-            rival = checkpoint_summary(other)
+            try:
+                rival = checkpoint_summary(other)
+            except Exception:  # a damaged file elsewhere: no rival, not this run's error
+                continue
             if rival.beats(best):
                 best, best_path = rival, other
         if best_path == checkpoint:

@@ -109,8 +109,8 @@ def comparable_settings(config: Mapping[str, Any], trainer: L.Trainer) -> dict[s
     """The run's settings under their config names, for comparing runs side by side.
 
     A class is its name (`optimizer: AdamW`, `model.network: ConvNet`) and each of its settings a
-    column (`optimizer.lr`, `model.network.width`); lists, paths left unset and private entries
-    are left out. The Trainer's are as it resolved them (`trainer.devices: 2`, not `auto`).
+    column (`optimizer.lr`, `model.network.width`, a list as its text); settings left unset and
+    private entries are left out. The Trainer's are as it resolved them (`trainer.devices: 2`, not `auto`).
     """
     settings: dict[str, bool | int | float | str] = {}
     if config.get("seed_everything") is not None:
@@ -128,6 +128,8 @@ def comparable_settings(config: Mapping[str, Any], trainer: L.Trainer) -> dict[s
                 settings[name] = str(item).lower()
             elif isinstance(item, int | float | str):
                 settings[name] = item
+            elif isinstance(item, list | tuple) and all(isinstance(part, int | float | str) for part in item):
+                settings[name] = str(list(item))  # hidden_sizes: [64, 32], as the config writes it
             elif item is None and name in SECTIONS:  # lr_scheduler: null
                 settings[name] = "none"
     accelerator = type(trainer.accelerator).__name__.removesuffix("Accelerator").lower()

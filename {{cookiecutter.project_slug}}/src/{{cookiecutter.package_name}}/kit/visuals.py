@@ -7,6 +7,7 @@ with plain torch ops (no plotting library) and only every few epochs, so trainin
 
 import math
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
@@ -194,7 +195,8 @@ class ValidationImages(L.Callback):
             return
         writer, step = logger.experiment, trainer.global_step
         writer.add_image("val/confusion_matrix", confusion_image(counts), step, dataformats="CHW")
-        writer.add_text("val/confusion_matrix", top_mistakes_markdown(counts), step)
+        class_names = getattr(trainer.datamodule, "class_names", None)
+        writer.add_text("val/confusion_matrix", top_mistakes_markdown(counts, class_names=class_names), step)
         if self._samples:
             inputs, predicted, targets = (torch.cat(parts) for parts in zip(*self._samples, strict=True))
             grid = sample_grid(inputs, correct=predicted == targets)
@@ -222,17 +224,70 @@ def _tensorboard(trainer: L.Trainer) -> TensorBoardLogger | None:
 
 
 def confusion_image(counts: Tensor, size: int = 320) -> Tensor:
-    """A (3, H, W) heat map in [0, 1] of a confusion matrix, each true-class row normalised.
+    """A (3, H, W) heat map in [0, 1] of a confusion matrix, each true-class row normalised, with
+    its axes named ("TRUE" down the left, "PREDICTED" across the top) and each class's number.
 
     White means never, dark blue means always. Shades follow the square root of the share, so a
-    rare mistake (1 in 20) still shows. Each cell is a square of pixels, `size` wide in all.
+    rare mistake (1 in 20) still shows. Each cell is a square of pixels, `size` wide in all; the
+    class numbers are left out where cells are too small to hold them (the text entry names them).
     """
+    heat = heat_map(counts, size)
+    side, classes = heat.shape[-1], len(counts)
+    cell = side // classes
+    labels = [text_mask(str(number)) for number in range(classes)] if cell >= 2 * GLYPH_SCALE * 4 else []
+    across, down = text_mask("PREDICTED"), text_mask("TRUE").rot90(1)  # down the left, read upwards
+    pad, glyph_height = 4, 5 * GLYPH_SCALE
+    top = pad + across.shape[0] + pad + (glyph_height + pad if labels else 0)
+    left = pad + down.shape[1] + pad + (max(label.shape[1] for label in labels) + pad if labels else 0)
+    height, width = max(side, down.shape[0]), max(side, across.shape[1])  # a tiny matrix: room for names
+    picture = torch.ones(3, top + height + pad, left + width + pad)
+    picture[:, top : top + side, left : left + side] = heat
+    draw(picture, across, pad, left + max(0, side - across.shape[1]) // 2)
+    draw(picture, down, top + max(0, side - down.shape[0]) // 2, pad)
+    for number, label in enumerate(labels):
+        middle = number * cell + cell // 2
+        draw(picture, label, top - pad - glyph_height, left + middle - label.shape[1] // 2)  # its column
+        draw(picture, label, top + middle - glyph_height // 2, left - pad - label.shape[1])  # its row
+    return picture
+
+
+def heat_map(counts: Tensor, size: int) -> Tensor:
+    """The matrix alone: (3, S, S), S the largest multiple of the class count up to `size`."""
     counts = counts.float().cpu()
     shares = (counts / counts.sum(dim=1, keepdim=True).clamp(min=1)).sqrt()
     cell = max(1, size // len(counts))
     shares = shares.repeat_interleave(cell, dim=0).repeat_interleave(cell, dim=1)
     white_to_blue = torch.tensor([1.0, 0.7, 0.3]).view(3, 1, 1)  # how much each channel darkens
     return 1 - white_to_blue * shares
+
+
+# A 3x5 pixel font: the digits and the letters of the axis names, enlarged GLYPH_SCALE times.
+GLYPHS = {
+    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
+    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001001001001",
+    "8": "111101111101111", "9": "111101111001111", "T": "111010010010010", "R": "110101110101101",
+    "U": "101101101101111", "E": "111100110100111", "P": "110101110100100", "D": "110101101101110",
+    "I": "111010010010111", "C": "111100100100111",
+}  # fmt: skip
+GLYPH_SCALE = 2
+INK = 0.25  # dark grey
+
+
+def text_mask(text: str) -> Tensor:
+    """(H, W) booleans: `text` in the font above, one blank column between characters."""
+    columns: list[Tensor] = []
+    for character in text:
+        glyph = torch.tensor([bit == "1" for bit in GLYPHS[character]]).view(5, 3)
+        columns += [glyph, torch.zeros(5, 1, dtype=torch.bool)]
+    mask = torch.cat(columns[:-1], dim=1)
+    return mask.repeat_interleave(GLYPH_SCALE, dim=0).repeat_interleave(GLYPH_SCALE, dim=1)
+
+
+def draw(picture: Tensor, mask: Tensor, row: int, column: int) -> None:
+    """Ink `mask` into `picture` (3, H, W) with its top left corner at (row, column)."""
+    height, width = mask.shape
+    region = picture[:, row : row + height, column : column + width]
+    region[:, mask[: region.shape[1], : region.shape[2]]] = INK
 
 
 def sample_grid(inputs: Tensor, correct: Tensor, columns: int = 8, min_side: int = 32) -> Tensor:
@@ -304,21 +359,28 @@ def fit_markdown(predicted: Tensor, targets: Tensor) -> str:
     )
 
 
-def top_mistakes_markdown(counts: Tensor, top: int = 10) -> str:
-    """The most frequent (true -> predicted) confusions as a markdown table."""
+def top_mistakes_markdown(counts: Tensor, top: int = 10, class_names: Sequence[str] | None = None) -> str:
+    """The most frequent (true -> predicted) confusions as a markdown table, by class number (and
+    name, where the DataModule gives `class_names`)."""
     counts = counts.cpu()
+    names = list(class_names) if class_names is not None and len(class_names) == len(counts) else None
+
+    def named(number: int) -> str:
+        return f"{number} ({names[number]})" if names and names[number] != str(number) else str(number)
+
     total = int(counts.sum())
     mistakes = counts.clone()
     mistakes.fill_diagonal_(0)
     values, flat = mistakes.flatten().topk(min(top, mistakes.numel()))
     lines = [
-        f"Correct: {int(counts.trace())} of {total}. Picture rows: true class; columns: predicted class.",
+        f"Correct: {int(counts.trace())} of {total}. Picture rows: true class (TRUE); "
+        "columns: predicted class (PREDICTED), numbered from 0.",
         "",
         "| true | predicted | times |",
         "| --- | --- | --- |",
     ]
     lines += [
-        f"| {index // len(counts)} | {index % len(counts)} | {value} |"
+        f"| {named(index // len(counts))} | {named(index % len(counts))} | {value} |"
         for value, index in zip(values.tolist(), flat.tolist(), strict=True)
         if value > 0
     ]
