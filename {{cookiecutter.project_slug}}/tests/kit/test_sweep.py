@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from kit_testing import PROJECT_ROOT, extra, finish, free_port, start_fixtures
+from kit_testing import PROJECT_ROOT, extra, finish, free_port, start_fixtures, tensorboard_settings
 
 optuna = extra("optuna", "sweep")
 
@@ -49,18 +49,6 @@ def trials(workdir):
     return optuna.load_study(study_name="sweep", storage=storage).get_trials()
 
 
-def hparams_logged(run: Path) -> dict:
-    """The hyperparameters TensorBoard's HParams tab shows for a run (it keeps the first set)."""
-    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
-    from tensorboard.plugins.hparams import metadata
-
-    events = EventMultiplexer({"run": str(run)})
-    events.Reload()
-    content = events.PluginRunToTagToContent(metadata.PLUGIN_NAME)["run"][metadata.SESSION_START_INFO_TAG]
-    info = metadata.parse_session_start_info_plugin_data(content)
-    return {key: value.ListFields()[0][1] for key, value in info.hparams.items()}
-
-
 @pytest.mark.slow
 def test_a_sweep_runs_its_trials_and_its_best_config_trains_the_best_trial_again(tmp_path):
     result = sweep(tmp_path, "--n_trials=2", *FIT)
@@ -73,9 +61,9 @@ def test_a_sweep_runs_its_trials_and_its_best_config_trains_the_best_trial_again
     for trial in done:  # each trial is a run of its own, with TensorBoard and checkpoints
         (run,) = (tmp_path / "sweeps" / "sweep" / f"trial_{trial.number:03d}").glob("*/version_0")
         assert list(run.glob("events.out.tfevents.*")) and (run / "checkpoints" / "last.ckpt").is_file()
-        logged = hparams_logged(run)  # what TensorBoard's HParams tab shows: the sampled settings too
-        assert logged["optimizer.init_args.lr"] == pytest.approx(trial.params["optimizer.init_args.lr"])
-        assert logged["model.hidden"] == trial.params["model.hidden"] and "batch_size" in logged
+        logged = tensorboard_settings(run)  # what TensorBoard's HParams tab shows: the sampled settings too
+        assert logged["optimizer.lr"] == pytest.approx(trial.params["optimizer.init_args.lr"])
+        assert logged["model.hidden"] == trial.params["model.hidden"] and "data.batch_size" in logged
 
     best = max(done, key=lambda t: t.value)
     again = tmp_path / "again"

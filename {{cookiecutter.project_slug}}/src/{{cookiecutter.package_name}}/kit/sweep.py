@@ -51,26 +51,13 @@ class SweepError(Exception):
 class MetricsFile(L.Callback):
     """Appends `{"epoch": N, "value": V}` to `path` after each validation (rank 0 only).
 
-    Given the trial's sampled `params`, it also logs the run's hyperparameters with them: the
-    sweep turns Lightning's own logging off (`enable_autolog_hparams`) for its trials because
-    TensorBoard keeps only a run's first set, and the model's and the data's alone would leave
-    out the optimizer's and scheduler's settings the study varies.
+    (The trial's sampled settings reach TensorBoard's HParams tab as any run's do: they are
+    flags of its `fit`, which logs its settings under their config names, kit/run_loggers.py.)
     """
 
-    def __init__(self, path: str, metric: str = "val/acc", params: dict[str, Any] | None = None) -> None:
+    def __init__(self, path: str, metric: str = "val/acc") -> None:
         self.path = Path(path)
         self.metric = metric
-        self.params = params
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.params is None:
-            return
-        hparams = dict(pl_module.hparams_initial)  # after the batch-size search, which updates data's
-        if trainer.datamodule is not None:
-            hparams.update(trainer.datamodule.hparams_initial)
-        hparams.pop("_class_path", None)
-        for logger in trainer.loggers:
-            logger.log_hyperparams({**hparams, **self.params})
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
@@ -459,7 +446,7 @@ def format_value(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def write_best(study: Any, study_dir: Path, root_dir: Any, autolog_hparams: bool) -> Path | None:
+def write_best(study: Any, study_dir: Path, root_dir: Any) -> Path | None:
     """The best trial's full config as `best.yaml`: `fit -c best.yaml` trains it again."""
     try:
         best = study.best_trial
@@ -477,7 +464,6 @@ def write_best(study: Any, study_dir: Path, root_dir: Any, autolog_hparams: bool
     config = yaml.safe_load(config_path.read_text())
     trainer = config.get("trainer") or {}
     trainer["default_root_dir"] = root_dir  # the user's own, not the trial's folder
-    trainer["enable_autolog_hparams"] = autolog_hparams
     callbacks = trainer.get("callbacks") or []
     trainer["callbacks"] = [c for c in callbacks if not str(c.get("class_path", "")).endswith(".MetricsFile")]
     path = study_dir / "best.yaml"
@@ -518,7 +504,6 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
         check_keys(space, config)
         space = space.for_config(config)
         root_dir = (config.get("trainer") or {}).get("default_root_dir") or "."
-        autolog_hparams = (config.get("trainer") or {}).get("enable_autolog_hparams", True)
         study_dir = Path(root_dir) / "sweeps" / args.study
         study = open_study(
             study_name=args.study,
@@ -572,8 +557,6 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
             f"--trainer.callbacks.path={metrics}",
             f"--trainer.callbacks.metric={space.metric}",
         ]
-        if autolog_hparams:  # the sampled settings join the model's and data's in the HParams tab
-            command += ["--trainer.enable_autolog_hparams=false", flag("trainer.callbacks.params", params)]
         shown_params = ", ".join(f"{key}={format_value(value)}" for key, value in params.items())
         print(f"Trial {trial.number}: {shown_params}", flush=True)
         # A tracker preset (configs/loggers/) groups the trials by study: kit/trackers.py.
@@ -608,7 +591,7 @@ def main(fit_command: Sequence[str], argv: Sequence[str]) -> int:
     print(summary(study))
     if ranking := importances(study):
         print(ranking)
-    best_yaml = write_best(study, study_dir, root_dir, autolog_hparams)
+    best_yaml = write_best(study, study_dir, root_dir)
     if best_yaml is not None:
         print(f"Best trial's config: {best_yaml} (python main.py fit -c {best_yaml})")
     return 0
