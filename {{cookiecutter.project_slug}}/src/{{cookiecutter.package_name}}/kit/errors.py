@@ -8,11 +8,19 @@ import argparse
 import sys
 from typing import NoReturn
 
+# How a run ends, as its exit code: the one table (a shell reports a death by signal N as 128 + N).
+EXIT_USAGE = 2  # a mistake the user can fix, said in one line (as a parser error)
+EXIT_INTERRUPTED = 130  # an uncaught Ctrl-C (the second one: abort at once)
+# Stopped cleanly by Ctrl-C, SIGTERM (preemption) or SLURM's warning, last.ckpt saved: 128 + SIGTERM,
+# as if the signal had ended it, so `fit && test` does not test a half-trained model and a
+# scheduler tells a preempted job from a finished one. Resume with `fit --ckpt_path=last`.
+EXIT_STOPPED = 143
+
 
 class KitError(Exception):
     """A request we can tell is wrong, printed as one line; exit code 2 like a parser error."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class UsageError(KitError):
@@ -25,4 +33,4 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"error: {message}; every option: {self.prog} --help\n")
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)

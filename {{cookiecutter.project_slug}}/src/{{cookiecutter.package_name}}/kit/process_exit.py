@@ -15,8 +15,7 @@ from typing import NoReturn
 
 import torch.distributed
 
-# Python's exit code for an uncaught Ctrl-C, as a shell reports it.
-EXIT_INTERRUPTED = 130
+from .errors import EXIT_INTERRUPTED
 
 
 def run_and_exit(entry: Callable[[], object]) -> None:

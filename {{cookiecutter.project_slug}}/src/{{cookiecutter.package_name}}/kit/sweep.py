@@ -34,13 +34,12 @@ import yaml
 
 from . import early_signal, launcher, trackers
 from .callbacks import metric_mode
-from .errors import ArgumentParser
+from .errors import EXIT_STOPPED, ArgumentParser
 from .files import write_atomically
 from .internals import trial_to_report_to
 
 POLL_S = 0.5  # how often this process reads a running trial's metrics
 PRUNED_AFTER_S = 120  # a pruned trial still running after this long is killed
-EXIT_STOPPED = 143  # what a stopped trial (and a worker stopped to be requeued) exits with
 DEFAULT_SPACE = Path("configs/sweep.yaml")
 
 
