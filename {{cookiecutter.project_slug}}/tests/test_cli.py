@@ -1,11 +1,15 @@
 """The command line, called the way users call it: `python main.py SUBCOMMAND ...`."""
 
 import csv
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import yaml
+
+from {{ cookiecutter.package_name }}.cli import ProjectCLI
 
 from conftest import tensorboard_points, tensorboard_scalars, tensorboard_settings
 
@@ -32,6 +36,26 @@ def test_print_config_shows_the_defaults(run_main, capsys):
     assert config["optimizer"]["class_path"] == "torch.optim.AdamW"
     assert config["trainer"]["default_root_dir"] == "logs"
     assert config["seed_everything"] == 42
+
+
+def test_a_default_fit_hands_the_trainer_few_callbacks(tmp_path, monkeypatch):
+    """Lightning calls every hook of every callback at every step: the kit's guarantees ride on
+    one guard, and nothing idle is handed over (no prediction writer in fit). Eight today, with
+    Lightning's bar and model summary, LightningCLI's config saver and the config's LR monitor
+    and pictures (there were twelve)."""
+
+    class BuildOnlyCLI(ProjectCLI):
+        def fit(self, **kwargs: Any) -> None:  # build the run as `main.py fit` does, then return
+            pass
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["main.py"])
+    cli = BuildOnlyCLI([DEFAULT_CONFIG], args=["fit"])
+    names = [type(callback).__name__ for callback in cli.trainer.callbacks]
+    assert len(names) <= 8, names
+    assert names[0] == "FitGuard", names  # first: its signal handlers go in before Lightning's
+    assert {"BestCheckpoint", "LastCheckpoint"} <= set(names), names
+    assert "PredictionWriter" not in names, names
 
 
 def test_unknown_flag_is_refused(run_main, capsys):

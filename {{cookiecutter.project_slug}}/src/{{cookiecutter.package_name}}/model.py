@@ -51,7 +51,7 @@ class Classifier(L.LightningModule):
         logits = self(images)
         loss = self.loss_fn(logits, targets)
         self.train_acc.update(logits, targets)
-        return loss  # logged as train/loss by the kit's LogTrainingLoss (configs/default.yaml)
+        return loss  # logged as train/loss by the kit's fit guard (configs/default.yaml)
 
     def on_train_epoch_end(self) -> None:
         self.log("train/acc", self.train_acc)  # a metric object: computed over the epoch and ranks

@@ -152,7 +152,7 @@ class TinyModel(L.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         inputs, target = self.inputs_and_target(batch)
-        return self.loss(self(**inputs), target)  # logged by the kit's LogTrainingLoss
+        return self.loss(self(**inputs), target)  # logged by the kit's fit guard
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         inputs, target = self.inputs_and_target(batch)

@@ -70,7 +70,7 @@ def test_a_fault_on_any_rank_ends_every_rank_with_a_consistent_checkpoint(tmp_pa
 @pytest.mark.slow
 def test_a_nan_loss_on_one_rank_stops_every_rank_at_that_step_with_good_weights(tmp_path):
     """The ranks agree on the NaN verdict in the vote they share with stop requests
-    (kit/step_vote.py): both stop before the bad step changes the weights, and save."""
+    (kit/fit_guard.py): both stop before the bad step changes the weights, and save."""
     nan_on_rank_1 = ("--trainer.callbacks+=faults.NaNBatchAt", "--trainer.callbacks.rank=1")
     started = time.monotonic()
     result = run_fixtures(tmp_path, *RUN, *nan_on_rank_1, "--trainer.callbacks.step=5", timeout=60)

@@ -30,27 +30,25 @@ class BuildOnlyCLI(FixtureCLI):
     validate = test = predict = fit
 
 
-KIT_ALWAYS = {
-    "ExactResume",
-    "GracefulInterrupt",
-    "StopOnNonFiniteLoss",
-    "LogTrainingLoss",
-    "PredictionWriter",
-}
+GUARD = {"FitGuard"}
 CHECKPOINTS = {"BestCheckpoint", "LastCheckpoint"}
+FIT_ONLY = GUARD | CHECKPOINTS | {"BatchSizeTuner"}
+OWN_WRITER = "--trainer.callbacks+=lightning.pytorch.callbacks.BasePredictionWriter"
 
 
 @pytest.mark.parametrize(
     ("args", "present", "absent"),
     [
-        (["fit"], KIT_ALWAYS | CHECKPOINTS | {"TQDMProgressBar"}, {"BatchSizeTuner"}),
+        (["fit"], GUARD | CHECKPOINTS | {"TQDMProgressBar"}, {"BatchSizeTuner", "PredictionWriter"}),
         (["fit", "--data.batch_size=auto"], {"BatchSizeTuner"}, set()),
         (["fit", "--data.batch_size=32", "--tuner.scale_lr=linear"], {"BatchSizeTuner"}, set()),
-        (["fit", "--trainer.enable_checkpointing=false"], KIT_ALWAYS, CHECKPOINTS),
-        (["fit", "--trainer.enable_progress_bar=false"], KIT_ALWAYS, {"TQDMProgressBar"}),
-        (["fit", "--trainer.callbacks=[]"], CHECKPOINTS, KIT_ALWAYS),  # replaced, as Lightning documents
-        (["predict"], KIT_ALWAYS, CHECKPOINTS | {"BatchSizeTuner"}),
-        (["test"], KIT_ALWAYS, CHECKPOINTS | {"BatchSizeTuner"}),
+        (["fit", "--trainer.enable_checkpointing=false"], GUARD, CHECKPOINTS),
+        (["fit", "--trainer.enable_progress_bar=false"], GUARD, {"TQDMProgressBar"}),
+        # trainer.callbacks is the user's list: emptying it drops none of the kit's guarantees
+        (["fit", "--trainer.callbacks=[]"], GUARD | CHECKPOINTS, set()),
+        (["predict"], {"PredictionWriter"}, FIT_ONLY),
+        (["predict", OWN_WRITER], {"BasePredictionWriter"}, {"PredictionWriter"}),
+        (["test"], set(), FIT_ONLY | {"PredictionWriter"}),
     ],
 )
 def test_each_run_gets_the_callbacks_its_config_and_flags_ask_for(
@@ -66,6 +64,7 @@ def test_each_run_gets_the_callbacks_its_config_and_flags_ask_for(
 
 # Where --print_config shows a callback that is configured as a group rather than listed.
 SHOWN_AS = {
+    "FitGuard": "guard:",
     "BestCheckpoint": "checkpoint:",
     "LastCheckpoint": "last_checkpoint:",
     "BatchSizeTuner": "tuner:",
@@ -87,6 +86,8 @@ def test_every_callback_of_a_run_shows_in_print_config(tmp_path, monkeypatch, ca
     for callback in cli.trainer.callbacks:
         name = type(callback).__name__
         if isinstance(callback, SaveConfigCallback):  # LightningCLI's: writes this config to the run
+            continue
+        if name == "PredictionWriter":  # predict's, without settings; a writer listed replaces it
             continue
         shown = SHOWN_AS.get(name, f"{type(callback).__module__}.{name}")
         assert shown in printed, f"{name} runs but --print_config does not show it"

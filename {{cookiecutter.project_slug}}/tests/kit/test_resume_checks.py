@@ -10,6 +10,7 @@ import io
 import os
 import random
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,8 +18,8 @@ import torch
 import yaml
 from lightning.fabric.plugins import TorchCheckpointIO
 
-from {{ cookiecutter.package_name }}.kit.callbacks import ExactResume
 from {{ cookiecutter.package_name }}.kit.checkpoint_io import AtomicCheckpointIO
+from {{ cookiecutter.package_name }}.kit.fit_guard import FitGuard
 
 from kit_fixtures import FixtureCLI, run
 from kit_testing import QUICK
@@ -155,7 +156,7 @@ def test_a_logs_folder_that_cannot_be_written_gets_one_line(run_kit, capsys, mon
 def test_the_random_state_comes_back_from_a_checkpoint_read_safely(saved_by):
     """Python's generator travels as one tensor (quick to pickle, and torch.load(weights_only=True)
     reads it); a checkpoint that holds it as the tuple of an older kit still resumes."""
-    resume = ExactResume()
+    resume = FitGuard()
     random.seed(5)
     state = resume.state_dict()
     if saved_by == "an older kit":
@@ -165,6 +166,6 @@ def test_the_random_state_comes_back_from_a_checkpoint_read_safely(saved_by):
     expected = [random.random() for _ in range(3)]
     random.seed(99)
     resume.load_state_dict(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
-    nothing: Any = None
-    resume.on_train_start(nothing, nothing)  # where the saved state is put back
+    trainer: Any = SimpleNamespace(world_size=1)
+    resume.on_train_start(trainer, torch.nn.Linear(1, 1))  # where the saved state is put back
     assert [random.random() for _ in range(3)] == expected

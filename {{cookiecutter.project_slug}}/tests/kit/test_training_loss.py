@@ -1,4 +1,4 @@
-"""`LogTrainingLoss` writes what a `self.log` in `training_step` would have, at the same steps."""
+"""The fit guard logs `train/loss` as a `self.log` in `training_step` would have, at the same steps."""
 
 import csv
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor
 
-from {{ cookiecutter.package_name }}.kit.callbacks import LogTrainingLoss
+from {{ cookiecutter.package_name }}.kit.fit_guard import FitGuard
 
 from kit_fixtures import Blobs, TinyModel
 
@@ -46,7 +46,7 @@ def written_losses(
 
 @pytest.mark.parametrize("settings", [{}, {"accumulate_grad_batches": 2}, {"max_steps": 13}], ids=str)
 def test_the_training_loss_is_written_as_a_self_log_at_every_step_would_write_it(tmp_path, settings):
-    ours, our_bar = written_losses(tmp_path / "kit", TinyModel, [LogTrainingLoss()], **settings)
+    ours, our_bar = written_losses(tmp_path / "kit", TinyModel, [FitGuard()], **settings)
     stock, _ = written_losses(tmp_path / "stock", LogsItsOwnLoss, [], **settings)
     assert len(ours) >= 3, ours
     assert ours == stock  # the same steps, the same values
@@ -59,5 +59,12 @@ def test_a_step_that_returns_no_loss_logs_nothing(tmp_path):
         def training_step(self, batch: Any, batch_idx: int) -> None:
             return None  # Lightning skips the step
 
-    ours, bar = written_losses(tmp_path, NoLoss, [LogTrainingLoss()])
+    ours, bar = written_losses(tmp_path, NoLoss, [FitGuard()])
     assert ours == [] and "train/loss" not in bar
+
+
+def test_a_module_that_logs_its_own_loss_turns_the_guards_off(tmp_path):
+    """`--guard.train_loss=null`: the module's own `self.log` is the only train/loss written."""
+    ours, _ = written_losses(tmp_path / "kit", LogsItsOwnLoss, [FitGuard(train_loss=None)])
+    stock, _ = written_losses(tmp_path / "stock", LogsItsOwnLoss, [])
+    assert len(ours) >= 3 and ours == stock

@@ -1,28 +1,22 @@
-"""Callbacks the CLI adds: checkpoints, exact resume, clean stops, the training loss, the prediction
-writer, LR logging."""
+"""The callbacks the CLI adds beside the fit guard (kit/fit_guard.py): the best and last
+checkpoints, the prediction writer, LR logging."""
 
 import csv
-import math
 import os
-import random
-import signal
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import lightning as L
-import numpy as np
-import torch
 from lightning.pytorch import callbacks
-from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
-from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
-from . import early_signal, internals, step_vote
+from . import internals
 from .files import copy_atomically
+from .fit_guard import is_collective_stop
 
 # Metric names whose direction goes without saying; anything else must state its mode.
 HIGHER_IS_BETTER = ("acc", "f1", "auroc", "precision", "recall", "iou", "r2", "hp_metric")
@@ -40,21 +34,6 @@ def metric_mode(monitor: str) -> Literal["min", "max"]:
         f"--checkpoint.monitor={monitor}: cannot tell whether higher or lower is better; "
         "say so with --checkpoint.mode=max or --checkpoint.mode=min."
     )
-
-
-def slurm_requeue_signal(trainer: L.Trainer) -> int | None:
-    """The signal SLURM sends before the time limit (`--signal`), when this run should requeue."""
-    environment = getattr(trainer.strategy, "cluster_environment", None)
-    if environment is None and SLURMEnvironment.detect():  # one device: no cluster environment
-        environment = SLURMEnvironment()
-    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
-        return int(environment.requeue_signal or signal.SIGUSR1)
-    return None
-
-
-def is_collective_stop(error: BaseException) -> bool:
-    """Whether every DDP rank raised this at the same step: a stop they agreed on."""
-    return isinstance(error, SIGTERMException | NonFiniteLossError)
 
 
 class SettledCheckpoint(ModelCheckpoint):
@@ -163,12 +142,15 @@ class LastCheckpoint(SettledCheckpoint):
 
     FILE_NAME = "last.ckpt"
 
-    def __init__(self, every_n_train_steps: int | None = None) -> None:
+    def __init__(self, every_n_train_steps: int | None = None, best: BestCheckpoint | None = None) -> None:
+        """`best`: the run's BestCheckpoint, whose file of this very step is copied rather than
+        the same state serialised again (the CLI passes it; not a setting)."""
         if every_n_train_steps is not None and every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be 1 or more (or null), got {every_n_train_steps}.")
         # save_top_k=0: ModelCheckpoint only resolves the folder; the saving is below.
         super().__init__(filename="last", save_top_k=0, enable_version_counter=False)
         self.save_every_n_steps = every_n_train_steps
+        self.best = best
         self._saved_at_step: int | None = None
 
     def on_train_batch_end(
@@ -216,47 +198,17 @@ class LastCheckpoint(SettledCheckpoint):
         self._saved_at_step = trainer.global_step
         self.last_model_path = str(path)
 
-    @staticmethod
-    def _fresh_best(trainer: L.Trainer) -> Path | None:
+    def _fresh_best(self, trainer: L.Trainer) -> Path | None:
         """The best checkpoint's file, if it was written a moment ago in this same hook at this same
-        step: the very state this would serialise (the best checkpoint saves just before this one,
-        Lightning runs checkpoint callbacks last, in order). Copying it saves a second serialisation
-        in every epoch that improves: a few milliseconds here, seconds for a large model."""
-        for callback in trainer.callbacks:
-            written = callback.written_at_epoch_end if isinstance(callback, BestCheckpoint) else None
-            # Every rank agrees on the step (Lightning makes the ranks agree on each best); rank zero,
-            # which wrote the file, says whether it is one (not a sharded checkpoint's folder).
-            if written is not None and written[0] == trainer.global_step:
-                return written[1] if trainer.strategy.broadcast(written[1].is_file()) else None
-        return None
-
-
-class LogTrainingLoss(Callback):
-    """Logs the loss that `training_step` returns as `train/loss`, on the steps Lightning writes.
-
-    Why not `self.log` in `training_step`: Lightning's bookkeeping of a logged value runs at every
-    call, written or not (`log_every_n_steps`), about 0.4 ms here, 7% of the example's step on a
-    CPU (benchmarks/README.md), and the progress bar then reads the value back at every step, a
-    device sync on a GPU. Here it is logged only on the steps Lightning writes, as a number already
-    on the CPU. A model that logs its own training loss does not need this: drop it from
-    trainer.callbacks.
-    """
-
-    def __init__(self, name: str = "train/loss", prog_bar: bool = True) -> None:
-        self.name, self.prog_bar = name, prog_bar
-
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        every = trainer.log_every_n_steps
-        # Lightning's own rule (its logger connector): global_step has just counted this step.
-        written = every > 0 and (trainer.global_step % every == 0 or trainer.should_stop)
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        if not ((written or trainer.fast_dev_run) and isinstance(loss, Tensor)):
-            return
-        # Lightning passes on the loss divided by accumulate_grad_batches: log the one returned.
-        value = loss.detach().cpu() * trainer.accumulate_grad_batches
-        pl_module.log(self.name, value, prog_bar=self.prog_bar, on_step=True, on_epoch=False)
+        step: the very state this would serialise (Lightning runs checkpoint callbacks last, in
+        order, and the CLI lists the best one first). Copying it saves a second serialisation in
+        every epoch that improves: a few milliseconds here, seconds for a large model."""
+        written = self.best.written_at_epoch_end if self.best is not None else None
+        # Every rank agrees on the step (Lightning makes the ranks agree on each best); rank zero,
+        # which wrote the file, says whether it is one (not a sharded checkpoint's folder).
+        if written is None or written[0] != trainer.global_step:
+            return None
+        return written[1] if trainer.strategy.broadcast(written[1].is_file()) else None
 
 
 class PredictionWriter(BasePredictionWriter):
@@ -347,383 +299,3 @@ def merge_by_index(shares: Sequence[Path], path: Path) -> None:
         writer.writerow(header)
         writer.writerows(rows)
     os.replace(partial, path)
-
-
-class ExactResume(Callback):
-    """Makes a resumed run continue exactly where the interrupted one stopped.
-
-    The train loader's position travels in the checkpoint (`StatefulDataLoader`); this adds the
-    rest: the random generators (so dropout masks repeat) and the shuffling epoch. The saved
-    random state is put back when training starts, not when the checkpoint is read, so that
-    what runs in between (the sanity-check validation, a loader drawing its seed) cannot use it
-    up. Lightning 2.6 sets a resumed run's sampler one epoch ahead when it resumes from an
-    end-of-epoch checkpoint (it passes its `processed` counter, which the restore has already
-    moved on), so the epoch is set again from `trainer.current_epoch` when each epoch starts.
-    On the CPU with a fixed seed, a resumed run ends with the very same weights as one never
-    interrupted.
-    """
-
-    def __init__(self) -> None:
-        self._device = torch.device("cpu")
-        self._saved_state: dict[str, Any] | None = None
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._device = trainer.strategy.root_device
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._saved_state is not None:
-            self._restore(self._saved_state)
-            self._saved_state = None
-
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        loader = trainer.train_dataloader
-        for sampler in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
-            set_epoch = getattr(sampler, "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(trainer.current_epoch)
-
-    def state_dict(self) -> dict[str, Any]:
-        state = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
-        kind, keys, position, has_gauss, cached = state
-        on_gpu = self._device.type == "cuda"  # this rank's GPU only: never wake the others
-        return {
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(self._device) if on_gpu else None,
-            # Plain types and tensors only: checkpoints load with torch.load(weights_only=True).
-            "numpy": {"keys": torch.from_numpy(keys.copy()), "rest": [kind, position, has_gauss, cached]},
-            # Python's generator as one tensor: its 625 numbers pickled one by one made up half the
-            # objects of each checkpoint write.
-            "python": python_state_tensor(random.getstate()),
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._saved_state = state_dict  # put back in on_train_start
-
-    def _restore(self, state: dict[str, Any]) -> None:
-        torch.set_rng_state(state["torch"])
-        if state["cuda"] is not None and self._device.type == "cuda":
-            torch.cuda.set_rng_state(state["cuda"], self._device)
-        kind, position, has_gauss, cached = state["numpy"]["rest"]
-        np.random.set_state((kind, state["numpy"]["keys"].numpy(), position, has_gauss, cached))
-        random.setstate(python_state_tuple(state["python"]))
-
-
-def python_state_tensor(state: tuple[Any, ...]) -> dict[str, Any]:
-    """`random.getstate()` (version, 625 numbers, gauss) with the numbers as one tensor."""
-    version, numbers, gauss = state
-    return {"version": version, "numbers": torch.tensor(numbers, dtype=torch.int64), "gauss": gauss}
-
-
-def python_state_tuple(saved: dict[str, Any] | tuple[Any, ...]) -> tuple[Any, ...]:
-    """What `random.setstate` takes, from `python_state_tensor`'s form or the tuple itself (older
-    checkpoints)."""
-    if isinstance(saved, tuple):
-        return saved
-    return saved["version"], tuple(saved["numbers"].tolist()), saved["gauss"]
-
-
-EXIT_STOPPED = 128 + signal.SIGTERM  # what a stopped run exits with, as a shell reports SIGTERM
-
-
-class StopRequested(SIGTERMException):
-    """A signal reached some rank; every rank stops at the end of the same step (exit code 143).
-
-    `requeue`: it was SLURM's warning before the time limit, and the job should be requeued.
-    """
-
-    def __init__(self, requeue: bool = False) -> None:
-        super().__init__(EXIT_STOPPED)  # also when nothing catches it: the process exits 143
-        self.requeue = requeue
-
-
-class GracefulInterrupt(Callback):
-    """Makes Ctrl-C and SIGTERM stop training cleanly: finish the step, save `last.ckpt`, exit 143.
-
-    A bare KeyboardInterrupt can land anywhere, even halfway through an optimizer step, and
-    leave a torn state behind. So both signals only note the request; training stops at a step's
-    end. A second Ctrl-C aborts at once.
-
-    The handlers are ours from `setup` until the process ends, so no signal ever meets the
-    default action (death by SIGTERM) in between: before training starts the request waits
-    for it; after training ends (the last step, the final saves, teardown) the run stops at
-    once with exit code 143, its state already saved. SLURM's warning that came earlier, while
-    the process started, was noted by kit/early_signal.py and is acted on from `setup` too.
-    Nothing is ever re-sent as a signal:
-    a signal sent to oneself can arrive after the handler meant for it is gone.
-
-    On one device, the request goes to Lightning, which stops after the current batch (the
-    path a preempted job takes). A stop that arrives during validation lets that validation
-    finish first (forward passes only): the epoch's metrics and best checkpoint are kept, and
-    the resumed run starts the next epoch instead of skipping the validation it never
-    finished. A second SIGTERM stops validation too.
-
-    Under DDP the handler only notes the signal: Lightning's own runs a collective inside the
-    handler, on the signalled rank alone, which can leave the ranks waiting in different
-    collectives for ever. At each training step the ranks agree whether any of them was
-    signalled and, if so, all stop at the end of that step, so last.ckpt is consistent. (Not
-    after an epoch's last step: that state would resume in the wrong epoch; the next step
-    decides.) They agree before the optimizer step, in the vote the NaN stop takes anyway
-    (kit/step_vote.py): one collective a step for both.
-    An error on one rank alone ends the others too, instead of leaving them waiting.
-    """
-
-    def __init__(self) -> None:
-        # idle -> before (setup) -> training -> after (training over) or stopping (an exception)
-        # -> done (teardown)
-        self._phase: Literal["idle", "before", "training", "after", "stopping", "done"] = "idle"
-        self._lightning_sigterm: Any = None  # Lightning's SIGTERM handler, called (not signalled)
-        self._forwarding = False
-        self._validating = False
-        self._deferred = False
-        self._distributed = False
-        self._requested = False  # a stop signal reached this rank
-        self._stop_at_step_end = False  # ... and this callback (not Lightning) stops the run
-        self._ctrl_c = False  # ... and it was Ctrl-C: a second one aborts at once
-        self._requeue = False  # ... and it was SLURM's warning before the time limit
-        self._voted = False  # under DDP: the ranks voted on stopping in this step
-        self._agreed_stop = False  # ... and one of them was asked to stop
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # Before Lightning installs its own handlers: it puts back what it found (ours) when its
-        # loop ends, where it would otherwise put back the default action.
-        if stage != "fit" or threading.current_thread() is not threading.main_thread():
-            return  # signals reach the main thread only
-        self._phase = "before"
-        self._distributed = trainer.world_size > 1
-        self._requested = self._stop_at_step_end = self._ctrl_c = self._requeue = self._deferred = False
-        signums: list[int] = [signal.SIGINT, signal.SIGTERM]
-        requeue_signal = slurm_requeue_signal(trainer)
-        if requeue_signal is not None:  # Lightning's would save and requeue inside the handler
-            signums.append(requeue_signal)
-        else:
-            early_signal.release()
-        for signum in signums:
-            signal.signal(signum, self._on_signal)
-        if early_signal.take():  # SLURM's warning during start-up: stop as soon as training can
-            self._on_signal(requeue_signal or signal.SIGTERM, None)
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._distributed = trainer.world_size > 1
-        self._voted = self._agreed_stop = False
-        if self._distributed:
-            step_vote.ask(trainer, "stop requested", lambda: self._requested, self._told)
-        if self._phase != "before":
-            return
-        # Lightning's handler (which calls ours too) is replaced by ours alone; ours calls it.
-        current = signal.getsignal(signal.SIGTERM)
-        self._lightning_sigterm = current if current != self._on_signal else None
-        signal.signal(signal.SIGTERM, self._on_signal)
-        self._phase = "training"
-        if self._requested:  # a signal arrived before training started
-            self._stop_now(trainer)
-
-    def on_before_optimizer_step(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        if self._distributed:
-            step_vote.take(trainer)
-
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        voted, self._voted = self._voted, False
-        if batch_idx + 1 >= trainer.num_training_batches:  # an epoch's last step: see above
-            return
-        if self._distributed:  # a step without an optimizer step took no vote: the ranks agree here
-            stop = self._agreed_stop or (
-                not voted and trainer.strategy.reduce_boolean_decision(self._requested, all=False)
-            )
-        else:
-            stop = self._stop_at_step_end
-        if stop:
-            raise StopRequested(requeue=self._requeue)
-
-    def _told(self, any_rank_asked: bool) -> None:
-        self._voted = True
-        self._agreed_stop = self._agreed_stop or any_rank_asked
-
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._validating = not trainer.sanity_checking and not self._distributed
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._validating = False
-        if self._deferred:  # now Lightning stops after this step, saving on the way out
-            self._deferred = False
-            self._pass_to_lightning(signal.SIGTERM, None)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # After the last step Lightning no longer stops for a signal: a request that came in
-        # since (or during the final validation) still ends the run as stopped, on every rank.
-        if self._phase != "training":
-            return
-        if self._distributed:
-            stop = trainer.strategy.reduce_boolean_decision(self._requested, all=False)
-        else:
-            stop = self._requested
-        self._phase = "after"
-        if stop:
-            raise StopRequested(requeue=self._requeue)
-
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, error: BaseException) -> None:
-        # An error on one DDP rank: the other ranks wait in a collective that will never
-        # complete. The main process ends the ones it started (Lightning does the same on
-        # Ctrl-C); torchrun and SLURM's srun --kill-on-bad-exit end theirs.
-        if self._phase != "idle":
-            self._phase = "stopping"  # a signal now must not cut short the saves on the way out
-        if self._distributed and not is_collective_stop(error):
-            internals.end_other_ranks(trainer)
-
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # The handlers stay: a signal from now until the process exits still means "stopped"
-        # (exit code 143), never death by the default action.
-        if self._phase == "idle":
-            return
-        late_stop = self._phase == "after" and self._requested  # a DDP rank signalled after training
-        self._phase = "done"
-        self._lightning_sigterm = None
-        if late_stop:  # every collective is over: this rank can stop alone
-            raise StopRequested(requeue=self._requeue)
-
-    def _stop_now(self, trainer: L.Trainer) -> None:
-        if self._distributed:  # only where every rank is: at a step's end
-            return
-        raise StopRequested(requeue=self._requeue)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        if self._forwarding:  # Lightning's handler calling ours back
-            return
-        if self._phase == "idle":
-            return
-        if signum == signal.SIGINT:
-            if self._ctrl_c:
-                raise KeyboardInterrupt  # the second Ctrl-C: abort at once
-            self._ctrl_c = True
-            rank_zero_info("\nCtrl-C: finishing this step and saving last.ckpt (again: abort at once).")
-        elif signum != signal.SIGTERM:
-            self._requeue = True
-            print(f"SLURM's time-limit warning on PID {os.getpid()}: stopping to requeue.", flush=True)
-        first = not self._requested
-        self._requested = True
-        if self._phase == "done" or (self._phase == "after" and not self._distributed):
-            raise StopRequested(requeue=self._requeue)  # training is over, its state saved or saving
-        if self._phase == "after":
-            return  # a DDP rank: the last collectives first; it stops at teardown
-        if self._phase == "stopping":
-            return  # already on the way out, saving
-        if self._phase == "before":
-            if first:
-                print(f"Stop requested on PID {os.getpid()}: stopping when training starts.", flush=True)
-            self._stop_at_step_end = True
-            if not self._distributed:
-                self._pass_to_lightning(signal.SIGTERM, frame)
-            return
-        if self._distributed or signum not in (signal.SIGINT, signal.SIGTERM) or not self._lightning_sigterm:
-            self._stop_at_step_end = True
-            if first:
-                name = signal.Signals(signum).name
-                print(f"Received {name} on PID {os.getpid()}: every rank stops after this step.", flush=True)
-            return
-        if self._validating and not self._deferred:
-            self._deferred = True
-            rank_zero_info("\nStop requested: finishing this validation first, then saving last.ckpt.")
-            return
-        self._deferred = False
-        self._pass_to_lightning(signal.SIGTERM, frame)
-
-    def _pass_to_lightning(self, signum: int, frame: Any) -> None:
-        """Lightning's own SIGTERM handler, called directly: it notes the stop for its loops."""
-        handler = self._lightning_sigterm if self._phase == "training" else signal.getsignal(signal.SIGTERM)
-        if not callable(handler) or handler == self._on_signal:
-            return
-        self._forwarding = True
-        try:
-            handler(signum, frame)
-        finally:
-            self._forwarding = False
-
-
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite; the message names the step and what to try."""
-
-
-class StopOnNonFiniteLoss(Callback):
-    """Stops training at the first NaN or infinite loss, before it reaches the weights.
-
-    The loss is checked after the backward pass, before the optimizer step, so the weights and
-    the optimizer's state (and the `last.ckpt` saved on the way out) are those of the last good
-    step. On an NVIDIA GPU the loss's verdict is copied to the CPU as soon as the forward pass
-    has computed it and read only before the step: the backward pass stays queued meanwhile, so
-    the check does not leave the GPU idle. The forward pass of a bad batch has already moved the
-    buffers (BatchNorm's running statistics), so they are copied where each optimizer step's
-    batches start (the first of them, with gradient accumulation) and put back. Under DDP the
-    ranks agree, so none is left waiting: in one collective a step, shared with the stop
-    requests of GracefulInterrupt (kit/step_vote.py).
-    """
-
-    def __init__(self) -> None:
-        self._buffers: list[Tensor] = []
-        self._saved_buffers: list[Tensor] = []
-        # One per backward pass since the last optimizer step: (loss, verdict, when it is ready).
-        self._pending: list[tuple[Tensor, Tensor | bool, torch.cuda.Event | None]] = []
-        self._bad_losses: list[Tensor] = []  # the non-finite ones among them, once read
-        self._bad_on_a_rank = False  # under DDP: the vote's answer
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Found once: walking the modules at every step would cost more than the copies.
-        self._buffers = [buffer for buffer in pl_module.buffers() if buffer.is_floating_point()]
-        self._saved_buffers = [buffer.detach().clone() for buffer in self._buffers]
-        self._pending, self._bad_losses = [], []
-        if trainer.world_size > 1:
-            step_vote.ask(trainer, "non-finite loss", self._read_verdicts, self._told)
-
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        if self._pending:  # accumulating into the same step: keep the buffers saved before it
-            return
-        for saved, buffer in zip(self._saved_buffers, self._buffers, strict=True):
-            saved.copy_(buffer)  # buffers take no part in autograd: no torch.no_grad() needed
-
-    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
-        loss = loss.detach()
-        ready = None
-        finite: Tensor | bool
-        if loss.device.type == "cpu":  # nothing to wait for: a number now costs less than a tensor op
-            finite = math.isfinite(loss.item()) if loss.numel() == 1 else bool(loss.isfinite().all())
-        else:
-            finite = torch.isfinite(loss).all()
-            if finite.is_cuda:  # copied without waiting; the event marks its landing
-                finite = finite.to("cpu", non_blocking=True)
-                ready = torch.cuda.Event()
-                ready.record()
-        self._pending.append((loss, finite, ready))
-
-    def on_before_optimizer_step(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
-    ) -> None:
-        self._read_verdicts()
-        if trainer.world_size > 1:
-            step_vote.take(trainer)  # unless GracefulInterrupt, called before, took it
-        bad_losses, self._bad_losses = self._bad_losses, []
-        bad = self._bad_on_a_rank if trainer.world_size > 1 else bool(bad_losses)
-        if not bad:
-            return
-        for saved, buffer in zip(self._saved_buffers, self._buffers, strict=True):
-            buffer.copy_(saved)
-        kept = any(isinstance(callback, LastCheckpoint) for callback in trainer.callbacks)
-        value = f"{bad_losses[0].item()}" if bad_losses else "not finite on another rank"
-        raise NonFiniteLossError(
-            f"the training loss is {value} at step {trainer.global_step} "
-            f"(epoch {trainer.current_epoch}); training stopped before it changed the weights"
-            f"{', and last.ckpt holds the last good state' if kept else ''}. Try a lower learning "
-            "rate, gradient clipping (--trainer.gradient_clip_val=1.0), or check the data."
-        )
-
-    def _read_verdicts(self) -> bool:
-        """Whether this rank had a non-finite loss since the last optimizer step (waits for the GPU's)."""
-        pending, self._pending = self._pending, []
-        for loss, finite, ready in pending:
-            if ready is not None:
-                ready.synchronize()
-            if not finite:
-                self._bad_losses.append(loss)
-        return bool(self._bad_losses)
-
-    def _told(self, bad_on_a_rank: bool) -> None:
-        self._bad_on_a_rank = bad_on_a_rank

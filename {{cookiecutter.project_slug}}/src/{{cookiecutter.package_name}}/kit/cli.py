@@ -21,7 +21,13 @@ from typing import Any
 import lightning as L
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import (
+    BasePredictionWriter,
+    Callback,
+    ModelCheckpoint,
+    ProgressBar,
+    TQDMProgressBar,
+)
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
@@ -29,24 +35,15 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from . import hardware, launcher, resume, trackers
-from .callbacks import (
-    BestCheckpoint,
-    ExactResume,
-    GracefulInterrupt,
-    LastCheckpoint,
-    LogTrainingLoss,
-    NonFiniteLossError,
-    PredictionWriter,
-    StopOnNonFiniteLoss,
-    StopRequested,
-)
+from .callbacks import BestCheckpoint, LastCheckpoint, PredictionWriter
 from .checkpoint_io import AtomicCheckpointIO
 from .compiling import CompileModel
 from .console import ConciseParser, quiet_known_noise
 from .datamodule import KitDataModule, tunes_batch_size
-from .errors import KitError, UsageError
+from .errors import EXIT_STOPPED, EXIT_USAGE, KitError, UsageError
 from .export import check_format
 from .files import blocking_file
+from .fit_guard import FitGuard, NonFiniteLossError, StopRequested
 from .internals import subcommand_defaults
 from .optimizers import configure_optimizers, describe
 from .profiling import NoProfiler
@@ -55,17 +52,9 @@ from .trainer import KitTrainer, check_serving
 from .tuning import BatchSizeTuner
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict", "export", "serve")
-# A run stopped by Ctrl-C or SIGTERM (preemption) exits with 128 + SIGTERM, as if the signal had
-# ended it: `fit && test` does not test a half-trained model, and a scheduler can tell a
-# preempted job from a finished one.
-EXIT_STOPPED = 143
 # Write errors a user fixes by freeing space or choosing another folder.
 FULL = (errno.ENOSPC, errno.EDQUOT)
 UNWRITABLE = (*FULL, errno.EROFS, errno.EACCES, errno.ENOTDIR, errno.EISDIR, errno.EEXIST)
-# Always on, and idle where they have nothing to do (the first four act in fit only, the writer
-# in predict only): exact resume, clean stops on Ctrl-C/SIGTERM, a clear stop on a NaN loss,
-# train/loss in the logger and the bar, predictions.csv.
-KIT_CALLBACKS = (ExactResume, GracefulInterrupt, StopOnNonFiniteLoss, LogTrainingLoss, PredictionWriter)
 EPILOG = "Check this machine's torch, GPUs and driver: python main.py doctor"
 
 
@@ -135,16 +124,15 @@ class KitCLI(LightningCLI):
     configure_optimizers = staticmethod(configure_optimizers)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # The kit's always-on callbacks are ordinary entries of trainer.callbacks, so
-        # --print_config lists them and --trainer.callbacks replaces or (+=) extends them as
-        # Lightning documents. A config file that sets trainer.callbacks lists them itself.
-        parser.set_defaults({"trainer.callbacks": [{"class_path": class_path(c)} for c in KIT_CALLBACKS]})
-        # Callbacks that a Trainer flag switches on or off, as config groups (flags and YAML keys):
-        # --checkpoint.* and --last_checkpoint.* (enable_checkpointing), --tuner.*
-        # (--data.batch_size=auto), --progress_bar.* (enable_progress_bar); and --compile.*.
+        # The kit's callbacks, as config groups (flags and YAML keys) rather than entries of
+        # trainer.callbacks, which stays the user's list: the fit guard, always in fit
+        # (--guard.*, kit/fit_guard.py); those a Trainer flag switches on or off: --checkpoint.*
+        # and --last_checkpoint.* (enable_checkpointing), --tuner.* (--data.batch_size=auto),
+        # --progress_bar.* (enable_progress_bar); and --compile.*.
+        parser.add_class_arguments(FitGuard, "guard", instantiate=False, skip={"saves_last"})
         parser.add_class_arguments(BestCheckpoint, "checkpoint", instantiate=False)
-        parser.add_class_arguments(LastCheckpoint, "last_checkpoint", instantiate=False)
-        parser.add_class_arguments(BatchSizeTuner, "tuner", instantiate=False)
+        parser.add_class_arguments(LastCheckpoint, "last_checkpoint", instantiate=False, skip={"best"})
+        parser.add_class_arguments(BatchSizeTuner, "tuner", instantiate=False, skip={"record"})
         parser.add_class_arguments(TQDMProgressBar, "progress_bar", instantiate=False)
         parser.add_class_arguments(CompileModel, "compile", instantiate=False)  # --compile.enabled=true
         # Lightning's default bar (Rich, when installed) redraws 100 times a second from a second
@@ -367,7 +355,8 @@ class KitCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
-        callbacks = [*(config.trainer.get("callbacks") or []), *self.subcommand_callbacks(config)]
+        guard = [self.fit_guard(config)] if self.subcommand == "fit" else []  # first: see fit_guard.py
+        callbacks = [*guard, *(config.trainer.get("callbacks") or []), *self.subcommand_callbacks(config)]
         self.run_folder.use_for(callbacks)  # checkpoints go into the run folder, whatever the loggers
         trainer = super().instantiate_trainer(callbacks=callbacks, **kwargs)
         self.run_folder.trainer = trainer  # a run that fails before its first step leaves no folder
@@ -378,23 +367,31 @@ class KitCLI(LightningCLI):
         hardware.use_tensor_cores(trainer.accelerator)
         return trainer
 
+    def fit_guard(self, config: Any) -> FitGuard:
+        """The guarantees of every fit, in one callback (kit/fit_guard.py)."""
+        return FitGuard(**config.guard, saves_last=config.trainer.get("enable_checkpointing") is not False)
+
     def subcommand_callbacks(self, config: Any) -> list[Callback]:
-        """The config groups' callbacks this run asks for: each only when its Trainer flag is on."""
+        """The config groups' callbacks this run asks for: each only when its Trainer flag is on;
+        predict's writer of predictions.csv, unless trainer.callbacks has a writer of its own."""
         callbacks: list[Callback] = []
+        listed = config.trainer.get("callbacks") or []
         if self.subcommand == "fit":
             if config.trainer.get("enable_checkpointing") is not False:
                 self.best_checkpoint = BestCheckpoint(**config.checkpoint)  # named when fit ends
                 checkpoints: list[ModelCheckpoint] = [
-                    self.best_checkpoint,
-                    LastCheckpoint(**config.last_checkpoint),
+                    self.best_checkpoint,  # before last: it copies the best file of its own step
+                    LastCheckpoint(**config.last_checkpoint, best=self.best_checkpoint),
                 ]
                 callbacks += checkpoints
             if tunes_batch_size(self.datamodule) or config.tuner.scale_lr != "none":
-                callbacks.append(BatchSizeTuner(**config.tuner))
+                callbacks.append(BatchSizeTuner(**config.tuner, record=self.run_folder.record_setting))
+        if self.subcommand == "predict" and not any(isinstance(c, BasePredictionWriter) for c in listed):
+            callbacks.append(PredictionWriter())
         if config.compile.enabled:
             callbacks.append(CompileModel(**config.compile))
         if config.trainer.get("enable_progress_bar") is not False and not any(
-            isinstance(callback, ProgressBar) for callback in config.trainer.get("callbacks") or []
+            isinstance(callback, ProgressBar) for callback in listed
         ):
             callbacks.append(TQDMProgressBar(**config.progress_bar))
         return callbacks
@@ -543,10 +540,10 @@ def run_to_the_end(
         raise SystemExit(EXIT_STOPPED) from None
     except one_line_errors as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
-        raise SystemExit(getattr(error, "exit_code", 2)) from None
+        raise SystemExit(getattr(error, "exit_code", EXIT_USAGE)) from None
     except MisconfigurationException as error:  # Lightning's own "this setting cannot work"
         print(f"error: {one_line(error)}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(EXIT_USAGE) from None
     except OSError as error:
         if error.errno not in UNWRITABLE:
             raise
@@ -556,7 +553,7 @@ def run_to_the_end(
             "e.g. with --trainer.default_root_dir=DIR.",
             file=sys.stderr,
         )
-        raise SystemExit(2) from None
+        raise SystemExit(EXIT_USAGE) from None
     except NonFiniteLossError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -22,11 +22,11 @@ NOT_ACTIONABLE = (
     (r"'set_vital' is deprecated", r"torchdata\."),
     # Lightning 2.6's own pytree helper uses a class that torch 2.13 deprecates.
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", r"lightning\.pytorch\.utilities\._pytree"),
-    # `test --ckpt_path=...` without the checkpoint callbacks that `fit` used: only the kit's own
+    # `test --ckpt_path=...` without the callbacks that `fit` used: only the kit's fit guard and
     # best/last checkpoints, whose state evaluation never needs. Any other callback still warns.
     (
         r"Be aware that when using `ckpt_path`, .* Please add the following callbacks: "
-        r"\[(\"(BestCheckpoint|LastCheckpoint)\{[^\"]*\}\"(, )?)+\]\.?$",
+        r"\[((\"(BestCheckpoint|LastCheckpoint)\{[^\"]*\}\"|'FitGuard')(, )?)+\]\.?$",
         r"lightning\.pytorch\.trainer\.call",
     ),
     # Every resume into a run's own `checkpoints/` (the kit gives each new run a folder of its

@@ -4,7 +4,7 @@ SLURM sends SIGUSR1 (`#SBATCH --signal=SIGUSR1@90`) a while before it ends a job
 signal's default action ends the process: arriving while a run starts (imports, data
 preparation, DDP set-up) it would end the job with nothing requeued. So `main.py` calls
 `catch()` first thing, under SLURM; the signal is only noted here, and acted on as soon as a
-clean stop is possible: `GracefulInterrupt.setup` (training stops at its first step, saves,
+clean stop is possible: `FitGuard.setup` (kit/fit_guard.py: training stops at its first step, saves,
 requeues) or the sweep (kit/sweep.py). Free of imports: it runs before torch loads.
 """
 

@@ -105,6 +105,7 @@ class RunFolder:
         self.made: list[Path] = []  # this new run's version_N folder(s), and the parents they need
         self.made_parents: list[Path] = []
         self.trainer: L.Trainer | None = None  # this run's, once built: how far it got
+        self.config_file: RunConfig | None = None  # what writes config.yaml (it introduces itself)
         self._lock: IO[str] | None = None
 
     def read(self, trainer: Any) -> None:
@@ -248,6 +249,11 @@ class RunFolder:
                 if tracker.__name__ in self.tracker_runs:
                     tracker.continue_run(spec.init_args, self.tracker_runs[tracker.__name__])
 
+    def record_setting(self, trainer: L.Trainer, key: str, value: Any) -> None:
+        """A setting found during the run (the size `batch_size=auto` settled on) into config.yaml."""
+        if self.config_file is not None:
+            self.config_file.record(trainer, key, value)
+
     def use_for(self, callbacks: list[Any]) -> None:
         """Checkpoints without a folder of their own go into this run's `checkpoints/`."""
         for callback in callbacks:
@@ -326,6 +332,7 @@ class RunConfig(SaveConfigCallback):
     ) -> None:
         super().__init__(parser, run_folder.recipe or config, *args, **kwargs)
         self.run_folder = run_folder
+        run_folder.config_file = self  # `RunFolder.record_setting` writes through it
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.already_saved:  # type: ignore[has-type]  # set by SaveConfigCallback

@@ -29,7 +29,6 @@ from torchmetrics import Metric
 
 from .datamodule import tunes_batch_size
 from .internals import logging_switched_off
-from .run_folder import RunConfig
 
 SearchMode = Literal["power", "binsearch"]
 LrScaling = Literal["none", "linear"]
@@ -70,6 +69,7 @@ class BatchSizeTuner(Callback):
         steps_per_trial: int = 3,
         scale_lr: LrScaling = "none",
         reference_batch_size: int = 64,
+        record: Callable[[L.Trainer, str, Any], None] | None = None,
     ) -> None:
         """
         Args:
@@ -82,6 +82,8 @@ class BatchSizeTuner(Callback):
                 of optimizer state, which the first step allocates.
             scale_lr: `linear` multiplies the learning rate by batch_size / reference_batch_size.
             reference_batch_size: The per-device batch size the configured learning rate is for.
+            record: Called with (trainer, "data.batch_size", the size found): the CLI passes its run
+                folder's `record_setting`, which writes it into the run's config.yaml.
         """
         if mode not in ("power", "binsearch") or scale_lr not in ("none", "linear"):
             raise ValueError(f"mode must be power or binsearch, scale_lr none or linear: {mode}, {scale_lr}.")
@@ -95,11 +97,15 @@ class BatchSizeTuner(Callback):
         self.steps_per_trial = steps_per_trial
         self.scale_lr = scale_lr
         self.reference_batch_size = reference_batch_size
+        self.record = record
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         datamodule = trainer.datamodule
         if tunes_batch_size(datamodule):
-            record_batch_size(trainer, datamodule, self.tune(trainer, pl_module, datamodule))
+            batch_size = self.tune(trainer, pl_module, datamodule)
+            use_batch_size(datamodule, batch_size)
+            if self.record is not None:
+                self.record(trainer, "data.batch_size", batch_size)
             log_every_epoch(trainer, datamodule)
         if self.scale_lr == "linear":
             scale_learning_rates(trainer, datamodule.batch_size / self.reference_batch_size)
@@ -218,18 +224,12 @@ def samples_per_device(loader: DataLoader, world_size: int) -> int:
         return sys.maxsize
 
 
-def record_batch_size(trainer: L.Trainer, datamodule: L.LightningDataModule, batch_size: int) -> None:
-    """Use `batch_size` from now on and show it where the run is recorded.
-
-    The DataModule's hparams feed TensorBoard's hparams tab (logged right after `on_fit_start`),
-    and the run's config.yaml gets it (`RunConfig.record`), so `-c` on it reruns without tuning.
-    """
+def use_batch_size(datamodule: L.LightningDataModule, batch_size: int) -> None:
+    """Use `batch_size` from now on, in the DataModule's hparams too (TensorBoard's HParams tab and
+    the checkpoint read them)."""
     datamodule.batch_size = batch_size
     if "batch_size" in datamodule.hparams:
         datamodule.save_hyperparameters({**datamodule.hparams, "batch_size": batch_size})
-    for callback in trainer.callbacks:
-        if isinstance(callback, RunConfig):
-            callback.record(trainer, "data.batch_size", batch_size)
 
 
 def log_every_epoch(trainer: L.Trainer, datamodule: L.LightningDataModule) -> None:

@@ -58,7 +58,7 @@ class Regressor(L.LightningModule):
         return nn.functional.mse_loss(self._standardized_forward(features), standardized_targets)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        return self.loss(batch)  # logged as train/loss by the kit's LogTrainingLoss (configs/default.yaml)
+        return self.loss(batch)  # logged as train/loss by the kit's fit guard (configs/default.yaml)
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         features, targets = batch
