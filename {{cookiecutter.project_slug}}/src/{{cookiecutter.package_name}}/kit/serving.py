@@ -15,8 +15,9 @@ the values as they are.
 LitServe gathers concurrent requests into batches (`max_batch_size`, waiting at most
 `batch_timeout` seconds for one to fill). A bad request is answered on its own: the others in
 its batch still get their predictions, and the server keeps serving. No client can stall the
-others: a body over `max_request_bytes` is refused unread, and decoding a sample never looks at
-more numbers than the model's input holds (its nesting is checked level by level first).
+others: a body is refused as soon as more than `max_request_bytes` of it has arrived (LitServe's
+`max_payload_size`), and decoding a sample never looks at more numbers than the model's input
+holds (its nesting is checked level by level first).
 
 Imports LitServe: import this module only once `export.require(("litserve",), ...)` passed.
 """
@@ -37,7 +38,6 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from torch import Tensor, nn
 
 from .export import Runner, load
@@ -239,47 +239,6 @@ def misfit(value: Any, shape: tuple[int, ...]) -> str | None:
     return f"has shape {found}" if found != list(shape) else "is ragged: its lists differ in length"
 
 
-class BodyLimit:
-    """ASGI middleware: a request body over `limit` bytes is answered 413, without reading the rest."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self.too_large(scope, receive, send)
-            return
-        body, more = bytearray(), True
-        while more:  # chunked bodies declare no length: read at most `limit` bytes of them
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.limit:
-                await self.too_large(scope, receive, send)
-                return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        error = f"the request body is over {self.limit} bytes (--max_request_bytes): send one sample"
-        await JSONResponse(status_code=413, content={"error": error})(scope, receive, send)
-
-
 def serve(
     inputs: Sequence[InputSpec],
     answers: Answers,
@@ -298,7 +257,14 @@ def serve(
     api = ModelAPI(inputs, answers, module, exported, max_batch_size, batch_timeout)
     if exported is not None:
         accelerator = "cpu"  # exported files run on the CPU here
-    server = ls.LitServer(api, accelerator=accelerator, devices=1, workers_per_device=1, timeout=30)
+    server = ls.LitServer(
+        api,
+        accelerator=accelerator,
+        devices=1,
+        workers_per_device=1,
+        timeout=30,
+        max_payload_size=max_request_bytes,  # answered 413 once more has arrived (LitServe's middleware)
+    )
 
     async def unreadable(request: Request, error: RequestValidationError) -> JSONResponse:
         # A body that is not a JSON object: FastAPI's 422 with a list of details, as one line.
@@ -311,7 +277,13 @@ def serve(
         )
 
     async def not_json(request: Request, error: HTTPException) -> Response:
-        # FastAPI's 400 for a body that is not even text ({"detail": ...}): ours has "error", as above.
+        # FastAPI's 400 for a body that is not even text and LitServe's 413 ({"detail": ...}): ours
+        # has "error", as above, and says what to do.
+        if error.status_code == 413:
+            too_large = (
+                f"the request body is over {max_request_bytes} bytes (--max_request_bytes): send one sample"
+            )
+            return JSONResponse(status_code=413, content={"error": too_large})
         if error.status_code != 400:
             return await http_exception_handler(request, error)
         return JSONResponse(
@@ -320,7 +292,6 @@ def serve(
 
     server.app.add_exception_handler(RequestValidationError, unreadable)
     server.app.add_exception_handler(HTTPException, not_json)
-    server.app.add_middleware(BodyLimit, limit=max_request_bytes)
     received = stop_on_signals()
     shapes = ", ".join(f"{spec.name} {list(spec.shape)}" for spec in inputs)
     print(f"Serving on http://{host}:{port}/predict (inputs: {shapes}); Ctrl-C stops")
