@@ -2,7 +2,6 @@
 checkpoints, the prediction writer, LR logging."""
 
 import csv
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -15,7 +14,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
 from . import internals
-from .files import copy_atomically
+from .files import copy_atomically, partial_file
 from .fit_guard import is_collective_stop
 
 # Metric names whose direction goes without saying; anything else must state its mode.
@@ -293,9 +292,7 @@ def merge_by_index(shares: Sequence[Path], path: Path) -> None:
             header = next(reader, header)
             rows.extend(reader)
     rows.sort(key=lambda row: int(row[0]))
-    partial = path.with_name(f".{path.name}.partial")
-    with partial.open("w", newline="") as file:
+    with partial_file(path) as partial, partial.open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(header)
         writer.writerows(rows)
-    os.replace(partial, path)

@@ -1,14 +1,15 @@
 """Checkpoint files written whole or not at all, through Lightning's `CheckpointIO` plugin point."""
 
-import os
 from pathlib import Path
 from typing import Any
 
 from lightning.fabric.plugins import CheckpointIO, TorchCheckpointIO
 
+from .files import partial_file
+
 
 class AtomicCheckpointIO(CheckpointIO):
-    """Writes each checkpoint to a hidden `.NAME.partial` beside it, then renames it into place.
+    """Writes each checkpoint to a hidden partial file beside it, then renames it into place.
 
     A kill or a full disk mid-write leaves the previous file whole and no partial `*.ckpt` that
     `--ckpt_path=best|last` could pick. The bytes are written by `writer` (the strategy's own,
@@ -20,13 +21,8 @@ class AtomicCheckpointIO(CheckpointIO):
         self.writer = writer or TorchCheckpointIO()
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        target = Path(path)
-        partial = target.with_name(f".{target.name}.partial")
-        try:
+        with partial_file(Path(path)) as partial:
             self.writer.save_checkpoint(checkpoint, partial, storage_options)
-            os.replace(partial, target)
-        finally:
-            partial.unlink(missing_ok=True)
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> Any:
         # The writer's own default map_location unless one is asked for (torch's keeps tensors on the CPU).

@@ -13,7 +13,6 @@ import importlib
 import inspect
 import json
 import logging
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import KitError
-from .files import write_atomically
+from .files import partial_file, write_atomically
 
 # Format name -> file suffix. TorchScript is deprecated by PyTorch (2.10+): prefer the others.
 FORMATS = {"onnx": ".onnx", "exported_program": ".pt2", "torchscript": ".pt"}
@@ -208,9 +207,7 @@ def export(
     module = module.cpu().eval()
     named = {"input": inputs} if isinstance(inputs, Tensor) else inputs
     inputs = {name: twice_if_one(tensor.cpu()) for name, tensor in named.items()}
-    output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(f".{output.stem}.partial{FORMATS[format]}")
-    try:
+    with partial_file(output, suffix=FORMATS[format]) as partial:  # renamed into place once checked
         with quiet_exporters():
             WRITERS[format](module, inputs, partial)
         error = parity_error(module, load(partial, format), inputs)
@@ -236,9 +233,6 @@ def export(
             "parity": {"max_abs_error": error, "tolerance": tolerance, "inputs": samples},
             "versions": {"torch": torch.__version__},
         }
-        os.replace(partial, output)
-    finally:
-        partial.unlink(missing_ok=True)
     write_json(metadata_path(output), described)
     return described
 

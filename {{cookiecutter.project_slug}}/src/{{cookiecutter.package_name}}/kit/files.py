@@ -29,14 +29,17 @@ def copy_atomically(source: Path, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def partial_file(path: Path) -> Iterator[Path]:
-    """A hidden partial file beside `path` to write, renamed into place if the writing succeeds.
+def partial_file(path: Path, suffix: str = "") -> Iterator[Path]:
+    """A hidden partial file beside `path` to write, renamed into place if the block succeeds and
+    removed if it fails: the one atomic write of the kit (configs, checkpoints, exports, CSVs).
 
     The partial file is this writer's own (process and thread in its name): two writers of one
     path at once (two sweep workers writing best.yaml) each rename a whole file, the last one wins.
+    It ends in `.partial` so that no `*.ckpt` glob picks it, then `suffix` for a writer that needs
+    one (an exporter picks its format by it).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.partial{suffix}")
     try:
         yield partial
         os.replace(partial, path)
